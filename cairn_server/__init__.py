@@ -1,0 +1,1 @@
+"""What both Cairn services share: authentication, errors, paging, settings, the gRPC server."""

@@ -1,0 +1,1 @@
+"""The state service: agents, memory blocks, compiled prompts (DESIGN.md §3)."""

@@ -1,0 +1,5 @@
+"""`python -m state_service`."""
+
+from state_service.server import main
+
+main()

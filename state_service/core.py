@@ -1,0 +1,75 @@
+"""What every state operation needs, and the one way memory changes propagate."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from state_service.models import Agent, AgentEvent, EventKind, MemoryUpdateMode
+from state_service.prompts import build_prompt, rebuild_events, tools_json
+from state_service.store.base import StateStore, StateTx
+from state_service.tokens import EstimateCounter, TokenCounter
+
+
+@dataclass
+class Deps:
+    """The store, the token counter, a clock and an id source."""
+
+    store: StateStore
+    counter: TokenCounter = field(default_factory=EstimateCounter)
+    clock: Callable[[], float] = time.time
+
+    def new_id(self, kind: str) -> str:
+        """A fresh resource id such as `agent-<uuid>`."""
+        return f"{kind}-{uuid.uuid4()}"
+
+    def tools_tokens(self, agent: Agent) -> int:
+        """Tokens of the agent's tool schemas as sent to the model."""
+        return self.counter.count(tools_json(agent.tools)) if agent.tools else 0
+
+
+def memory_changed(
+    deps: Deps,
+    tx: StateTx,
+    agents: Sequence[Agent],
+    now: float,
+    kind: EventKind,
+    *,
+    block_id: str = "",
+    bump_version: bool = False,
+) -> list[str]:
+    """Bumps the memory revision of `agents` and rebuilds their prompts, in one batch.
+
+    `agents` must already hold their new blocks. Agents in MESSAGE mode keep their stored
+    prompt (CompileContext hands them a memory update instead). Returns the ids of the
+    agents whose prompt was rebuilt.
+    """
+    if not agents:
+        return []
+    tx.bump_memory(agents[0].tenant, [agent.id for agent in agents], now, bump_version)
+    for agent in agents:
+        agent.memory_revision += 1
+        agent.memory_updated_at = now
+        if bump_version:
+            agent.version += 1
+            agent.updated_at = now
+    rebuild = [a for a in agents if a.memory_update_mode is MemoryUpdateMode.SYSTEM_PROMPT]
+    prompts = [build_prompt(agent, deps.counter, now) for agent in rebuild]
+    tx.save_prompts(prompts)
+    events = [
+        AgentEvent(
+            kind=kind,
+            tenant=agent.tenant,
+            agent_id=agent.id,
+            memory_revision=agent.revision,
+            context_version=agent.context_version,
+            agent_version=agent.version,
+            time=now,
+            block_id=block_id,
+        )
+        for agent in agents
+    ]
+    tx.emit(events + rebuild_events(rebuild, prompts, now))
+    return [agent.id for agent in rebuild]

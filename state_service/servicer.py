@@ -1,0 +1,276 @@
+"""The StateService servicer: protobuf in, domain call, protobuf out. Nothing else."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from cairn.v1 import state_pb2, state_pb2_grpc
+
+from cairn_server.errors import NotFound, ResourceExhausted
+from cairn_server.rpc import RpcGuard
+from cairn_server.runner import Runner
+from state_service import agents, blocks, convert
+from state_service.agents import AgentSpec
+from state_service.context import ContextSettings, cached_context, recompile_context
+from state_service.core import Deps
+from state_service.events import EventHub
+from state_service.models import AGENT_UPDATABLE, BLOCK_UPDATABLE, EventKind
+
+Ctx = grpc.aio.ServicerContext[Any, Any]
+
+
+def _expected(request: object) -> int | None:
+    if request.HasField("expected_version"):  # type: ignore[attr-defined]
+        return int(request.expected_version)  # type: ignore[attr-defined]
+    return None
+
+
+class StateServicer(state_pb2_grpc.StateServiceServicer):
+    """Maps each RPC onto the domain functions of the state service."""
+
+    def __init__(
+        self,
+        deps: Deps,
+        guard: RpcGuard,
+        runner: Runner,
+        hub: EventHub,
+        context_settings: ContextSettings,
+    ) -> None:
+        self.deps = deps
+        self.guard = guard
+        self.run = runner
+        self.hub = hub
+        self.context_settings = context_settings
+
+    async def CreateAgent(
+        self, request: state_pb2.CreateAgentRequest, context: Ctx
+    ) -> state_pb2.CreateAgentResponse:
+        async with self.guard.call(context, "CreateAgent") as principal:
+            spec = AgentSpec(
+                name=request.name,
+                system=request.system,
+                model=request.model,
+                context_window=request.context_window,
+                memory_blocks=[convert.block_from_pb(b) for b in request.memory_blocks],
+                block_ids=list(request.block_ids),
+                tools=[convert.tool_from_pb(t) for t in request.tools],
+                tool_rules=[
+                    convert.rule_from_pb(f"tool_rules[{i}]", r)
+                    for i, r in enumerate(request.tool_rules)
+                ],
+                tags=list(request.tags),
+                metadata=convert.struct_to_dict(request.metadata),
+                memory_mode=convert.memory_mode(request.memory_mode),
+                memory_update_mode=convert.update_mode(
+                    "memory_update_mode", request.memory_update_mode
+                ),
+            )
+            agent = await self.run.write(agents.create_agent, self.deps, principal, spec)
+            return state_pb2.CreateAgentResponse(agent=convert.agent_to_pb(agent))
+        raise AssertionError("unreachable")
+
+    async def GetAgent(
+        self, request: state_pb2.GetAgentRequest, context: Ctx
+    ) -> state_pb2.GetAgentResponse:
+        async with self.guard.call(context, "GetAgent") as principal:
+            agent = await self.run.read(agents.get_agent, self.deps, principal, request.agent_id)
+            return state_pb2.GetAgentResponse(agent=convert.agent_to_pb(agent))
+        raise AssertionError("unreachable")
+
+    async def ListAgents(
+        self, request: state_pb2.ListAgentsRequest, context: Ctx
+    ) -> state_pb2.ListAgentsResponse:
+        async with self.guard.call(context, "ListAgents") as principal:
+            found, token = await self.run.read(
+                agents.list_agents,
+                self.deps,
+                principal,
+                page_size=request.page_size,
+                page_token=request.page_token,
+                tags=list(request.tags),
+                match_all_tags=request.match_all_tags,
+                name=request.name,
+            )
+            return state_pb2.ListAgentsResponse(
+                agents=[convert.agent_to_pb(a) for a in found], next_page_token=token
+            )
+        raise AssertionError("unreachable")
+
+    async def UpdateAgent(
+        self, request: state_pb2.UpdateAgentRequest, context: Ctx
+    ) -> state_pb2.UpdateAgentResponse:
+        async with self.guard.call(context, "UpdateAgent") as principal:
+            paths = convert.mask_paths(list(request.update_mask.paths), AGENT_UPDATABLE)
+            changes = convert.agent_changes(request.agent, paths)
+            agent, rebuilt = await self.run.write(
+                agents.update_agent,
+                self.deps,
+                principal,
+                request.agent.id,
+                changes,
+                _expected(request),
+            )
+            return state_pb2.UpdateAgentResponse(
+                agent=convert.agent_to_pb(agent), prompt_rebuilt=rebuilt
+            )
+        raise AssertionError("unreachable")
+
+    async def DeleteAgent(
+        self, request: state_pb2.DeleteAgentRequest, context: Ctx
+    ) -> state_pb2.DeleteAgentResponse:
+        async with self.guard.call(context, "DeleteAgent") as principal:
+            await self.run.write(
+                agents.delete_agent, self.deps, principal, request.agent_id, _expected(request)
+            )
+            return state_pb2.DeleteAgentResponse()
+        raise AssertionError("unreachable")
+
+    async def CreateBlock(
+        self, request: state_pb2.CreateBlockRequest, context: Ctx
+    ) -> state_pb2.CreateBlockResponse:
+        async with self.guard.call(context, "CreateBlock") as principal:
+            block = await self.run.write(
+                blocks.create_block, self.deps, principal, convert.block_from_pb(request.block)
+            )
+            return state_pb2.CreateBlockResponse(block=convert.block_to_pb(block))
+        raise AssertionError("unreachable")
+
+    async def GetBlock(
+        self, request: state_pb2.GetBlockRequest, context: Ctx
+    ) -> state_pb2.GetBlockResponse:
+        async with self.guard.call(context, "GetBlock") as principal:
+            block = await self.run.read(blocks.get_block, self.deps, principal, request.block_id)
+            return state_pb2.GetBlockResponse(block=convert.block_to_pb(block))
+        raise AssertionError("unreachable")
+
+    async def ListBlocks(
+        self, request: state_pb2.ListBlocksRequest, context: Ctx
+    ) -> state_pb2.ListBlocksResponse:
+        async with self.guard.call(context, "ListBlocks") as principal:
+            found, token = await self.run.read(
+                blocks.list_blocks,
+                self.deps,
+                principal,
+                page_size=request.page_size,
+                page_token=request.page_token,
+                label=request.label,
+                tags=list(request.tags),
+                match_all_tags=request.match_all_tags,
+            )
+            return state_pb2.ListBlocksResponse(
+                blocks=[convert.block_to_pb(b) for b in found], next_page_token=token
+            )
+        raise AssertionError("unreachable")
+
+    async def UpdateBlock(
+        self, request: state_pb2.UpdateBlockRequest, context: Ctx
+    ) -> state_pb2.UpdateBlockResponse:
+        async with self.guard.call(context, "UpdateBlock") as principal:
+            paths = convert.mask_paths(list(request.update_mask.paths), BLOCK_UPDATABLE)
+            result = await self.run.write(
+                blocks.update_block,
+                self.deps,
+                principal,
+                request.block.id,
+                convert.block_changes(request.block, paths),
+                _expected(request),
+            )
+            return convert.update_block_response(result)
+        raise AssertionError("unreachable")
+
+    async def DeleteBlock(
+        self, request: state_pb2.DeleteBlockRequest, context: Ctx
+    ) -> state_pb2.DeleteBlockResponse:
+        async with self.guard.call(context, "DeleteBlock") as principal:
+            detached = await self.run.write(
+                blocks.delete_block,
+                self.deps,
+                principal,
+                request.block_id,
+                request.force,
+                _expected(request),
+            )
+            return state_pb2.DeleteBlockResponse(detached_agent_ids=detached)
+        raise AssertionError("unreachable")
+
+    async def AttachBlock(
+        self, request: state_pb2.AttachBlockRequest, context: Ctx
+    ) -> state_pb2.AttachBlockResponse:
+        async with self.guard.call(context, "AttachBlock") as principal:
+            position = request.position if request.HasField("position") else None
+            agent = await self.run.write(
+                agents.attach_block,
+                self.deps,
+                principal,
+                request.agent_id,
+                request.block_id,
+                position,
+                _expected(request),
+            )
+            return state_pb2.AttachBlockResponse(agent=convert.agent_to_pb(agent))
+        raise AssertionError("unreachable")
+
+    async def DetachBlock(
+        self, request: state_pb2.DetachBlockRequest, context: Ctx
+    ) -> state_pb2.DetachBlockResponse:
+        async with self.guard.call(context, "DetachBlock") as principal:
+            agent = await self.run.write(
+                agents.detach_block,
+                self.deps,
+                principal,
+                request.agent_id,
+                request.block_id,
+                _expected(request),
+            )
+            return state_pb2.DetachBlockResponse(agent=convert.agent_to_pb(agent))
+        raise AssertionError("unreachable")
+
+    async def ReorderBlocks(
+        self, request: state_pb2.ReorderBlocksRequest, context: Ctx
+    ) -> state_pb2.ReorderBlocksResponse:
+        async with self.guard.call(context, "ReorderBlocks") as principal:
+            agent = await self.run.write(
+                agents.reorder_blocks,
+                self.deps,
+                principal,
+                request.agent_id,
+                list(request.block_ids),
+                _expected(request),
+            )
+            return state_pb2.ReorderBlocksResponse(agent=convert.agent_to_pb(agent))
+        raise AssertionError("unreachable")
+
+    async def CompileContext(
+        self, request: state_pb2.CompileContextRequest, context: Ctx
+    ) -> state_pb2.CompileContextResponse:
+        async with self.guard.call(context, "CompileContext") as principal:
+            args = (self.deps, principal, request.agent_id, self.context_settings)
+            result = None
+            if not request.force_recompile:
+                result = await self.run.read(cached_context, *args)
+            if result is None:
+                result = await self.run.write(recompile_context, *args)
+            return convert.compile_response(result)
+        raise AssertionError("unreachable")
+
+    async def WatchAgent(
+        self, request: state_pb2.WatchAgentRequest, context: Ctx
+    ) -> AsyncIterator[state_pb2.WatchAgentResponse]:
+        async with self.guard.call(context, "WatchAgent") as principal:
+            with self.hub.subscribe(principal.tenant, request.agent_id) as sub:
+                agent = await self.run.read(
+                    agents.get_agent, self.deps, principal, request.agent_id
+                )
+                yield convert.started_event(agent, self.deps.clock())
+                while True:
+                    if sub.overflowed:
+                        raise ResourceExhausted(
+                            "this watch fell too far behind and was closed; watch again and "
+                            "re-read the agent"
+                        )
+                    event = await sub.queue.get()
+                    if event.kind is EventKind.AGENT_DELETED:
+                        raise NotFound(f"agent '{request.agent_id}' was deleted")
+                    yield convert.event_to_pb(event)

@@ -1,0 +1,1 @@
+"""State storage: the `StateStore` interface and its implementations."""

@@ -1,0 +1,106 @@
+"""The `StateStore` interface. Domain code sees only this; only stores see SQL.
+
+Reads go through `reader()`. Every change runs in `transaction()`, a unit of work that
+commits all of its writes and then publishes its events, or rolls everything back. Both
+the SQLite and the PostgreSQL store implement it, so nothing above changes between them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Protocol
+
+from state_service.models import Agent, AgentEvent, Block, PromptState, StoredPrompt
+
+
+class StateReader(Protocol):
+    """Queries; every one is scoped to a tenant."""
+
+    def get_agent(self, tenant: str, agent_id: str) -> Agent | None:
+        """The agent with its blocks in render order, or None."""
+
+    def load_agents(self, tenant: str, agent_ids: Sequence[str]) -> list[Agent]:
+        """Agents with their blocks, in the order of `agent_ids` (missing ones skipped)."""
+
+    def list_agents(
+        self,
+        tenant: str,
+        *,
+        after: int,
+        limit: int,
+        tags: Sequence[str],
+        match_all_tags: bool,
+        name: str,
+    ) -> list[tuple[int, Agent]]:
+        """Up to `limit` agents with row keys above `after`, in creation order."""
+
+    def get_block(self, tenant: str, block_id: str) -> Block | None:
+        """The block, or None."""
+
+    def list_blocks(
+        self,
+        tenant: str,
+        *,
+        after: int,
+        limit: int,
+        label: str,
+        tags: Sequence[str],
+        match_all_tags: bool,
+    ) -> list[tuple[int, Block]]:
+        """Up to `limit` blocks with row keys above `after`, in creation order."""
+
+    def get_prompt_state(self, tenant: str, agent_id: str) -> PromptState | None:
+        """The compile cache's keys and entry for one agent, in one read."""
+
+    def agent_ids_with_block(self, tenant: str, block_id: str) -> list[str]:
+        """Ids of the agents the block is attached to."""
+
+
+class StateTx(StateReader, Protocol):
+    """Writes inside one transaction."""
+
+    def insert_block(self, block: Block) -> None:
+        """Stores a new block."""
+
+    def update_block(self, block: Block) -> None:
+        """Overwrites a block's fields (the caller has bumped its version)."""
+
+    def delete_block(self, tenant: str, block_id: str) -> None:
+        """Deletes a block and its attachments."""
+
+    def insert_agent(self, agent: Agent, tools_tokens: int, tools_counter: str) -> None:
+        """Stores a new agent (not its block attachments)."""
+
+    def update_agent(self, agent: Agent, tools_tokens: int, tools_counter: str) -> None:
+        """Overwrites an agent's own fields (not its block attachments)."""
+
+    def delete_agent(self, tenant: str, agent_id: str) -> None:
+        """Deletes an agent, its attachments and its stored prompt."""
+
+    def set_agent_blocks(self, agent_id: str, block_ids: Sequence[str]) -> None:
+        """Replaces the agent's attachments with `block_ids`, in render order."""
+
+    def bump_memory(
+        self, tenant: str, agent_ids: Sequence[str], now: float, bump_version: bool
+    ) -> None:
+        """Increments memory_revision (and optionally version) of many agents at once."""
+
+    def save_prompts(self, prompts: Sequence[StoredPrompt]) -> None:
+        """Stores compiled prompts, replacing earlier ones."""
+
+    def emit(self, events: Sequence[AgentEvent]) -> None:
+        """Queues events to publish once the transaction commits."""
+
+
+class StateStore(Protocol):
+    """A state store: readers for queries, transactions for changes."""
+
+    def reader(self) -> StateReader:
+        """Queries, on a connection the calling thread may use."""
+
+    def transaction(self) -> AbstractContextManager[StateTx]:
+        """A unit of work: commits on normal exit, rolls back on an exception."""
+
+    def close(self) -> None:
+        """Releases connections."""

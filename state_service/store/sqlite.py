@@ -1,0 +1,503 @@
+"""The embedded state store: SQLite in WAL mode, one writer, readers on their own connections."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from cairn_server import sqlite as sqlite_util
+from state_service.models import (
+    Agent,
+    AgentEvent,
+    Block,
+    MemoryMode,
+    MemoryUpdateMode,
+    PromptState,
+    StoredPrompt,
+    Tool,
+    ToolRule,
+    ToolRuleType,
+)
+
+STATE_FILE = "state.sqlite3"
+_CHUNK = 500
+
+_AGENT_COLUMNS = (
+    "id, tenant, name, system, model, context_window, tools, tool_rules, tags, metadata,"
+    " memory_mode, memory_update_mode, context_version, memory_revision, memory_updated_at,"
+    " version, created_at, updated_at, rowkey"
+)
+_BLOCK_COLUMNS = (
+    "b.id, b.tenant, b.label, b.value, b.char_limit, b.description, b.read_only, b.hidden,"
+    " b.tags, b.metadata, b.version, b.created_at, b.updated_at, b.rowkey"
+)
+
+
+def tools_to_json(tools: Sequence[Tool]) -> str:
+    """Tools as stored."""
+    return json.dumps(
+        [
+            {"name": t.name, "description": t.description, "parameters": t.parameters_json}
+            for t in tools
+        ]
+    )
+
+
+def tools_from_json(text: str) -> list[Tool]:
+    """Tools from their stored form."""
+    return [Tool(t["name"], t["description"], t["parameters"]) for t in json.loads(text)]
+
+
+def rules_to_json(rules: Sequence[ToolRule]) -> str:
+    """Tool rules as stored."""
+    return json.dumps(
+        [
+            {
+                "type": r.type.value,
+                "tool_name": r.tool_name,
+                "children": list(r.children),
+                "max_count": r.max_count,
+                "default_child": r.default_child,
+                "child_output_mapping": [list(pair) for pair in r.child_output_mapping],
+                "prompt_template": r.prompt_template,
+            }
+            for r in rules
+        ]
+    )
+
+
+def rules_from_json(text: str) -> list[ToolRule]:
+    """Tool rules from their stored form."""
+    return [
+        ToolRule(
+            type=ToolRuleType(r["type"]),
+            tool_name=r["tool_name"],
+            children=tuple(r["children"]),
+            max_count=r["max_count"],
+            default_child=r["default_child"],
+            child_output_mapping=tuple((k, v) for k, v in r["child_output_mapping"]),
+            prompt_template=r["prompt_template"],
+        )
+        for r in json.loads(text)
+    ]
+
+
+def _block(row: Sequence[Any]) -> Block:
+    return Block(
+        id=row[0],
+        tenant=row[1],
+        label=row[2],
+        value=row[3],
+        limit=row[4],
+        description=row[5],
+        read_only=bool(row[6]),
+        hidden=bool(row[7]),
+        tags=json.loads(row[8]),
+        metadata=json.loads(row[9]),
+        version=row[10],
+        created_at=row[11],
+        updated_at=row[12],
+    )
+
+
+def _agent(row: Sequence[Any], blocks: list[Block]) -> Agent:
+    return Agent(
+        id=row[0],
+        tenant=row[1],
+        name=row[2],
+        system=row[3],
+        model=row[4],
+        context_window=row[5],
+        tools=tools_from_json(row[6]),
+        tool_rules=rules_from_json(row[7]),
+        tags=json.loads(row[8]),
+        metadata=json.loads(row[9]),
+        memory_mode=MemoryMode(row[10]),
+        memory_update_mode=MemoryUpdateMode(row[11]),
+        context_version=row[12],
+        memory_revision=row[13],
+        memory_updated_at=row[14],
+        version=row[15],
+        created_at=row[16],
+        updated_at=row[17],
+        blocks=blocks,
+    )
+
+
+def _tag_filter(
+    table: str, key: str, tags: Sequence[str], match_all: bool
+) -> tuple[str, list[Any]]:
+    if not tags:
+        return "", []
+    marks = ",".join("?" * len(tags))
+    if match_all:
+        clause = (
+            f" AND id IN (SELECT {key} FROM {table} WHERE tag IN ({marks})"
+            f" GROUP BY {key} HAVING COUNT(*) = ?)"
+        )
+        return clause, [*tags, len(set(tags))]
+    return f" AND id IN (SELECT {key} FROM {table} WHERE tag IN ({marks}))", list(tags)
+
+
+class _Reader:
+    """Queries over one connection."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._c = conn
+
+    def _blocks_of(self, agent_ids: Sequence[str]) -> dict[str, list[Block]]:
+        result: dict[str, list[Block]] = {agent_id: [] for agent_id in agent_ids}
+        for start in range(0, len(agent_ids), _CHUNK):
+            chunk = agent_ids[start : start + _CHUNK]
+            marks = ",".join("?" * len(chunk))
+            rows = self._c.execute(
+                f"SELECT ab.agent_id, {_BLOCK_COLUMNS} FROM agent_blocks ab"
+                f" JOIN blocks b ON b.id = ab.block_id WHERE ab.agent_id IN ({marks})"
+                " ORDER BY ab.agent_id, ab.position",
+                chunk,
+            ).fetchall()
+            for row in rows:
+                result[row[0]].append(_block(row[1:]))
+        return result
+
+    def get_agent(self, tenant: str, agent_id: str) -> Agent | None:
+        """The agent with its blocks in render order, or None."""
+        agents = self.load_agents(tenant, [agent_id])
+        return agents[0] if agents else None
+
+    def load_agents(self, tenant: str, agent_ids: Sequence[str]) -> list[Agent]:
+        """Agents with their blocks, in the order of `agent_ids`."""
+        rows: dict[str, Sequence[Any]] = {}
+        for start in range(0, len(agent_ids), _CHUNK):
+            chunk = agent_ids[start : start + _CHUNK]
+            marks = ",".join("?" * len(chunk))
+            for row in self._c.execute(
+                f"SELECT {_AGENT_COLUMNS} FROM agents WHERE tenant = ? AND id IN ({marks})",
+                [tenant, *chunk],
+            ):
+                rows[row[0]] = row
+        found = [agent_id for agent_id in agent_ids if agent_id in rows]
+        blocks = self._blocks_of(found)
+        return [_agent(rows[agent_id], blocks[agent_id]) for agent_id in found]
+
+    def list_agents(
+        self,
+        tenant: str,
+        *,
+        after: int,
+        limit: int,
+        tags: Sequence[str],
+        match_all_tags: bool,
+        name: str,
+    ) -> list[tuple[int, Agent]]:
+        """Up to `limit` agents with row keys above `after`, in creation order."""
+        where, params = _tag_filter("agent_tags", "agent_id", tags, match_all_tags)
+        if name:
+            where += " AND name = ?"
+            params.append(name)
+        rows = self._c.execute(
+            f"SELECT {_AGENT_COLUMNS} FROM agents WHERE tenant = ? AND rowkey > ?{where}"
+            " ORDER BY rowkey LIMIT ?",
+            [tenant, after, *params, limit],
+        ).fetchall()
+        blocks = self._blocks_of([row[0] for row in rows])
+        return [(row[18], _agent(row, blocks[row[0]])) for row in rows]
+
+    def get_block(self, tenant: str, block_id: str) -> Block | None:
+        """The block, or None."""
+        row = self._c.execute(
+            f"SELECT {_BLOCK_COLUMNS} FROM blocks b WHERE b.tenant = ? AND b.id = ?",
+            (tenant, block_id),
+        ).fetchone()
+        return None if row is None else _block(row)
+
+    def list_blocks(
+        self,
+        tenant: str,
+        *,
+        after: int,
+        limit: int,
+        label: str,
+        tags: Sequence[str],
+        match_all_tags: bool,
+    ) -> list[tuple[int, Block]]:
+        """Up to `limit` blocks with row keys above `after`, in creation order."""
+        where, params = _tag_filter("block_tags", "block_id", tags, match_all_tags)
+        if label:
+            where += " AND label = ?"
+            params.append(label)
+        rows = self._c.execute(
+            f"SELECT {_BLOCK_COLUMNS} FROM blocks b WHERE tenant = ? AND rowkey > ?{where}"
+            " ORDER BY rowkey LIMIT ?",
+            [tenant, after, *params, limit],
+        ).fetchall()
+        return [(row[13], _block(row)) for row in rows]
+
+    def get_prompt_state(self, tenant: str, agent_id: str) -> PromptState | None:
+        """The compile cache's keys and entry for one agent, in one read."""
+        row = self._c.execute(
+            "SELECT a.system_hash, a.memory_revision, a.memory_update_mode, a.context_window,"
+            " a.tools_tokens, a.tools_counter, p.system_prompt, p.compiled_memory, p.raw_hash,"
+            " p.memory_revision, p.prompt_hash, p.system_tokens, p.memory_tokens, p.counter,"
+            " p.built_at FROM agents a LEFT JOIN agent_prompts p ON p.agent_id = a.id"
+            " WHERE a.tenant = ? AND a.id = ?",
+            (tenant, agent_id),
+        ).fetchone()
+        if row is None:
+            return None
+        prompt = None
+        if row[6] is not None:
+            prompt = StoredPrompt(agent_id, *row[6:15])
+        return PromptState(
+            agent_id=agent_id,
+            system_hash=row[0],
+            memory_revision=row[1],
+            memory_update_mode=MemoryUpdateMode(row[2]),
+            context_window=row[3],
+            tools_tokens=row[4],
+            tools_counter=row[5],
+            prompt=prompt,
+        )
+
+    def agent_ids_with_block(self, tenant: str, block_id: str) -> list[str]:
+        """Ids of the agents the block is attached to, oldest agent first."""
+        rows = self._c.execute(
+            "SELECT a.id FROM agent_blocks ab JOIN agents a ON a.id = ab.agent_id"
+            " WHERE ab.block_id = ? AND a.tenant = ? ORDER BY a.rowkey",
+            (block_id, tenant),
+        ).fetchall()
+        return [row[0] for row in rows]
+
+
+class _Tx(_Reader):
+    """Writes on the writer connection inside BEGIN IMMEDIATE ... COMMIT."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        super().__init__(conn)
+        self.events: list[AgentEvent] = []
+
+    def insert_block(self, block: Block) -> None:
+        """Stores a new block."""
+        self._c.execute(
+            "INSERT INTO blocks (id, tenant, label, value, char_limit, description, read_only,"
+            " hidden, tags, metadata, version, created_at, updated_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                block.id,
+                block.tenant,
+                block.label,
+                block.value,
+                block.limit,
+                block.description,
+                int(block.read_only),
+                int(block.hidden),
+                json.dumps(block.tags),
+                json.dumps(block.metadata),
+                block.version,
+                block.created_at,
+                block.updated_at,
+            ),
+        )
+        self._c.executemany(
+            "INSERT INTO block_tags (block_id, tag) VALUES (?, ?)",
+            [(block.id, tag) for tag in set(block.tags)],
+        )
+
+    def update_block(self, block: Block) -> None:
+        """Overwrites a block's fields."""
+        self._c.execute(
+            "UPDATE blocks SET label = ?, value = ?, char_limit = ?, description = ?,"
+            " read_only = ?, hidden = ?, tags = ?, metadata = ?, version = ?, updated_at = ?"
+            " WHERE id = ? AND tenant = ?",
+            (
+                block.label,
+                block.value,
+                block.limit,
+                block.description,
+                int(block.read_only),
+                int(block.hidden),
+                json.dumps(block.tags),
+                json.dumps(block.metadata),
+                block.version,
+                block.updated_at,
+                block.id,
+                block.tenant,
+            ),
+        )
+        self._c.execute("DELETE FROM block_tags WHERE block_id = ?", (block.id,))
+        self._c.executemany(
+            "INSERT INTO block_tags (block_id, tag) VALUES (?, ?)",
+            [(block.id, tag) for tag in set(block.tags)],
+        )
+
+    def delete_block(self, tenant: str, block_id: str) -> None:
+        """Deletes a block and its attachments."""
+        self._c.execute("DELETE FROM agent_blocks WHERE block_id = ?", (block_id,))
+        self._c.execute("DELETE FROM blocks WHERE id = ? AND tenant = ?", (block_id, tenant))
+
+    def _agent_values(self, agent: Agent, tools_tokens: int, tools_counter: str) -> dict[str, Any]:
+        from state_service.compile import sha256_hex
+
+        return {
+            "id": agent.id,
+            "tenant": agent.tenant,
+            "name": agent.name,
+            "system": agent.system,
+            "system_hash": sha256_hex(agent.system),
+            "model": agent.model,
+            "context_window": agent.context_window,
+            "tools": tools_to_json(agent.tools),
+            "tools_tokens": tools_tokens,
+            "tools_counter": tools_counter,
+            "tool_rules": rules_to_json(agent.tool_rules),
+            "tags": json.dumps(agent.tags),
+            "metadata": json.dumps(agent.metadata),
+            "memory_mode": agent.memory_mode.value,
+            "memory_update_mode": agent.memory_update_mode.value,
+            "context_version": agent.context_version,
+            "memory_revision": agent.memory_revision,
+            "memory_updated_at": agent.memory_updated_at,
+            "version": agent.version,
+            "created_at": agent.created_at,
+            "updated_at": agent.updated_at,
+        }
+
+    def _set_agent_tags(self, agent: Agent) -> None:
+        self._c.execute("DELETE FROM agent_tags WHERE agent_id = ?", (agent.id,))
+        self._c.executemany(
+            "INSERT INTO agent_tags (agent_id, tag) VALUES (?, ?)",
+            [(agent.id, tag) for tag in set(agent.tags)],
+        )
+
+    def insert_agent(self, agent: Agent, tools_tokens: int, tools_counter: str) -> None:
+        """Stores a new agent (not its block attachments)."""
+        values = self._agent_values(agent, tools_tokens, tools_counter)
+        columns = ", ".join(values)
+        marks = ", ".join(f":{name}" for name in values)
+        self._c.execute(f"INSERT INTO agents ({columns}) VALUES ({marks})", values)
+        self._set_agent_tags(agent)
+
+    def update_agent(self, agent: Agent, tools_tokens: int, tools_counter: str) -> None:
+        """Overwrites an agent's own fields."""
+        values = self._agent_values(agent, tools_tokens, tools_counter)
+        assignments = ", ".join(
+            f"{name} = :{name}" for name in values if name not in ("id", "tenant", "created_at")
+        )
+        self._c.execute(
+            f"UPDATE agents SET {assignments} WHERE id = :id AND tenant = :tenant", values
+        )
+        self._set_agent_tags(agent)
+
+    def delete_agent(self, tenant: str, agent_id: str) -> None:
+        """Deletes an agent, its attachments and its stored prompt."""
+        self._c.execute("DELETE FROM agents WHERE id = ? AND tenant = ?", (agent_id, tenant))
+
+    def set_agent_blocks(self, agent_id: str, block_ids: Sequence[str]) -> None:
+        """Replaces the agent's attachments with `block_ids`, in render order."""
+        self._c.execute("DELETE FROM agent_blocks WHERE agent_id = ?", (agent_id,))
+        self._c.executemany(
+            "INSERT INTO agent_blocks (agent_id, block_id, position) VALUES (?, ?, ?)",
+            [(agent_id, block_id, i) for i, block_id in enumerate(block_ids)],
+        )
+
+    def bump_memory(
+        self, tenant: str, agent_ids: Sequence[str], now: float, bump_version: bool
+    ) -> None:
+        """Increments memory_revision (and optionally version) of many agents at once."""
+        version = ", version = version + 1, updated_at = ?" if bump_version else ""
+        for start in range(0, len(agent_ids), _CHUNK):
+            chunk = agent_ids[start : start + _CHUNK]
+            marks = ",".join("?" * len(chunk))
+            params: list[Any] = [now] + ([now] if bump_version else []) + [tenant, *chunk]
+            self._c.execute(
+                "UPDATE agents SET memory_revision = memory_revision + 1,"
+                f" memory_updated_at = ?{version} WHERE tenant = ? AND id IN ({marks})",
+                params,
+            )
+
+    def save_prompts(self, prompts: Sequence[StoredPrompt]) -> None:
+        """Stores compiled prompts, replacing earlier ones."""
+        self._c.executemany(
+            "INSERT OR REPLACE INTO agent_prompts (agent_id, system_prompt, compiled_memory,"
+            " raw_hash, memory_revision, prompt_hash, system_tokens, memory_tokens, counter,"
+            " built_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (
+                    p.agent_id,
+                    p.system_prompt,
+                    p.compiled_memory,
+                    p.raw_hash,
+                    p.memory_revision,
+                    p.prompt_hash,
+                    p.system_tokens,
+                    p.memory_tokens,
+                    p.counter,
+                    p.built_at,
+                )
+                for p in prompts
+            ],
+        )
+
+    def emit(self, events: Sequence[AgentEvent]) -> None:
+        """Queues events to publish once the transaction commits."""
+        self.events.extend(events)
+
+
+class SqliteStateStore:
+    """State in `state.sqlite3`. Writes are serialized on one connection; each reading
+    thread has its own read-only connection, so reads never wait for a writer (WAL)."""
+
+    def __init__(
+        self, data_dir: Path, publish: Callable[[list[AgentEvent]], None] | None = None
+    ) -> None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self._path = data_dir / STATE_FILE
+        self._writer = sqlite_util.connect(self._path)
+        sqlite_util.migrate(self._writer, "state_service.store")
+        self._write_lock = threading.Lock()
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
+        self._publish = publish
+
+    def set_publisher(self, publish: Callable[[list[AgentEvent]], None]) -> None:
+        """Where committed events go (the server's event hub)."""
+        self._publish = publish
+
+    def reader(self) -> _Reader:
+        """Queries on this thread's own connection."""
+        reader: _Reader | None = getattr(self._local, "reader", None)
+        if reader is None:
+            conn = sqlite_util.connect(self._path, read_only=True)
+            with self._readers_lock:
+                self._readers.append(conn)
+            reader = self._local.reader = _Reader(conn)
+        return reader
+
+    @contextmanager
+    def transaction(self) -> Iterator[_Tx]:
+        """BEGIN IMMEDIATE on the writer connection; events publish after COMMIT."""
+        with self._write_lock:
+            tx = _Tx(self._writer)
+            self._writer.execute("BEGIN IMMEDIATE")
+            try:
+                yield tx
+            except BaseException:
+                self._writer.execute("ROLLBACK")
+                raise
+            self._writer.execute("COMMIT")
+        if tx.events and self._publish is not None:
+            self._publish(tx.events)
+
+    def close(self) -> None:
+        """Closes every connection."""
+        with self._readers_lock:
+            for conn in self._readers:
+                conn.close()
+            self._readers.clear()
+        self._writer.close()
