@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from cairn.v1 import state_pb2, state_pb2_grpc
 from google.protobuf import field_mask_pb2, json_format
 from google.protobuf.message import Message
 
+from cairn.v1 import state_pb2, state_pb2_grpc
 from cairn_server.settings import DEFAULT_DATA_DIR
 
 Handler = Callable[[argparse.Namespace, state_pb2_grpc.StateServiceStub], int]
@@ -57,7 +57,10 @@ def block_create(args: argparse.Namespace, stub: state_pb2_grpc.StateServiceStub
             )
         )
     )
-    _show(args, response.block, _block_line(response.block))
+    if args.quiet:
+        print(response.block.id)
+    else:
+        _show(args, response.block, _block_line(response.block))
     return 0
 
 
@@ -223,6 +226,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     create.add_argument("--description")
     create.add_argument("--limit", type=int)
     create.add_argument("--read-only", action="store_true")
+    create.add_argument("-q", "--quiet", action="store_true", help="print only the new id")
     common(create, block_create)
     show = block.add_parser("show", help="show a block")
     show.add_argument("block_id")

@@ -117,7 +117,7 @@ def create_agent(deps: Deps, principal: Principal, spec: AgentSpec) -> Agent:
             tx.insert_block(block)
         tx.insert_agent(agent, deps.tools_tokens(agent), deps.counter.name)
         tx.set_agent_blocks(agent.id, [b.id for b in blocks])
-        tx.save_prompts([build_prompt(agent, deps.counter, now)])
+        tx.save_prompts([build_prompt(agent, deps.counts, now)])
     return agent
 
 
@@ -203,7 +203,7 @@ def update_agent(
         )
         events = [_event(EventKind.AGENT_UPDATED, updated, now)]
         if rebuilt:
-            prompt = build_prompt(updated, deps.counter, now)
+            prompt = build_prompt(updated, deps.counts, now)
             tx.save_prompts([prompt])
             events += rebuild_events([updated], [prompt], now)
         tx.emit(events)

@@ -50,14 +50,34 @@ def _render_block(block: Block, line_numbered: bool) -> str:
     return "".join(parts)
 
 
+def render_block(block: Block, mode: MemoryMode) -> str:
+    """One block as it appears inside `<memory_blocks>`."""
+    return _render_block(block, mode is MemoryMode.LINE_NUMBERED)
+
+
+def memory_parts(blocks: Sequence[Block], mode: MemoryMode, rules: Sequence[ToolRule]) -> list[str]:
+    """The compiled memory as pieces whose concatenation is `compile_memory(...)`.
+
+    Each visible block is one piece, so a token count can be cached per rendered block.
+    """
+    parts: list[str] = []
+    visible = [block for block in blocks if not block.hidden]
+    if visible:
+        parts.append(MEMORY_BLOCKS_HEADER)
+        for i, block in enumerate(visible):
+            if i:
+                parts.append("\n")
+            parts.append(render_block(block, mode))
+        parts.append("\n</memory_blocks>")
+    tool_rules = render_tool_rules(rules)
+    if tool_rules:
+        parts.append(f"\n\n{tool_rules}")
+    return parts
+
+
 def render_blocks(blocks: Sequence[Block], mode: MemoryMode) -> str:
     """The `<memory_blocks>` section; empty when no visible block is attached."""
-    visible = [block for block in blocks if not block.hidden]
-    if not visible:
-        return ""
-    line_numbered = mode is MemoryMode.LINE_NUMBERED
-    body = "\n".join(_render_block(block, line_numbered) for block in visible)
-    return f"{MEMORY_BLOCKS_HEADER}{body}\n</memory_blocks>"
+    return "".join(memory_parts(blocks, mode, ()))
 
 
 def _rule_sentence(rule: ToolRule) -> str | None:
@@ -120,11 +140,7 @@ def render_tool_rules(rules: Sequence[ToolRule]) -> str:
 
 def compile_memory(blocks: Sequence[Block], mode: MemoryMode, rules: Sequence[ToolRule]) -> str:
     """The compiled memory: rendered blocks, then tool rules after a blank line (as Letta)."""
-    memory = render_blocks(blocks, mode)
-    tool_rules = render_tool_rules(rules)
-    if tool_rules:
-        memory = f"{memory}\n\n{tool_rules}"
-    return memory
+    return "".join(memory_parts(blocks, mode, rules))
 
 
 def format_timestamp(epoch: float) -> str:
@@ -152,14 +168,26 @@ def render_memory_metadata(
     )
 
 
+def system_prompt_parts(system: str, memory: Sequence[str], metadata: str) -> list[str]:
+    """The system prompt as pieces: template text, memory pieces and metadata.
+
+    Memory and metadata go where `{CORE_MEMORY}` is (every occurrence), or after a blank
+    line when the template has no placeholder.
+    """
+    core = [*memory, "\n\n", metadata] if any(memory) else [metadata]
+    if CORE_MEMORY_PLACEHOLDER not in system:
+        return [system, "\n\n", *core] if system else core
+    pieces = system.split(CORE_MEMORY_PLACEHOLDER)
+    parts = [pieces[0]]
+    for piece in pieces[1:]:
+        parts.extend(core)
+        parts.append(piece)
+    return parts
+
+
 def assemble_system_prompt(system: str, memory: str, metadata: str) -> str:
     """Puts memory and metadata where `{CORE_MEMORY}` is, or after a blank line."""
-    core = f"{memory}\n\n{metadata}" if memory else metadata
-    if CORE_MEMORY_PLACEHOLDER in system:
-        return system.replace(CORE_MEMORY_PLACEHOLDER, core)
-    if not system:
-        return core
-    return f"{system}\n\n{core}"
+    return "".join(system_prompt_parts(system, [memory], metadata))
 
 
 def format_memory_update(memory: str, revision: str) -> str:

@@ -126,7 +126,7 @@ def recompile_context(
             raise agent_not_found(agent_id)
         state = tx.get_prompt_state(principal.tenant, agent_id)
         assert state is not None
-        prompt = build_prompt(agent, deps.counter, now)
+        prompt = build_prompt(agent, deps.counts, now)
         tx.save_prompts([prompt])
         tools_tokens = state.tools_tokens
         if state.tools_counter != deps.counter.name:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from cairn.v1 import state_pb2
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
 
+from cairn.v1 import state_pb2
 from cairn_server.errors import InvalidArgument
 from state_service.blocks import BlockUpdate
 from state_service.context import CompiledContext, ContextStatus

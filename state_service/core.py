@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from state_service.models import Agent, AgentEvent, EventKind, MemoryUpdateMode
 from state_service.prompts import build_prompt, rebuild_events, tools_json
 from state_service.store.base import StateStore, StateTx
-from state_service.tokens import EstimateCounter, TokenCounter
+from state_service.tokens import CachedCounts, EstimateCounter, TokenCounter
 
 
 @dataclass
@@ -20,6 +20,10 @@ class Deps:
     store: StateStore
     counter: TokenCounter = field(default_factory=EstimateCounter)
     clock: Callable[[], float] = time.time
+    counts: CachedCounts = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.counts = CachedCounts(self.counter)
 
     def new_id(self, kind: str) -> str:
         """A fresh resource id such as `agent-<uuid>`."""
@@ -56,7 +60,7 @@ def memory_changed(
             agent.version += 1
             agent.updated_at = now
     rebuild = [a for a in agents if a.memory_update_mode is MemoryUpdateMode.SYSTEM_PROMPT]
-    prompts = [build_prompt(agent, deps.counter, now) for agent in rebuild]
+    prompts = [build_prompt(agent, deps.counts, now) for agent in rebuild]
     tx.save_prompts(prompts)
     events = [
         AgentEvent(

@@ -6,13 +6,13 @@ import json
 from collections.abc import Sequence
 
 from state_service.compile import (
-    assemble_system_prompt,
-    compile_memory,
+    memory_parts,
     render_memory_metadata,
     sha256_hex,
+    system_prompt_parts,
 )
 from state_service.models import Agent, AgentEvent, EventKind, StoredPrompt, Tool
-from state_service.tokens import TokenCounter
+from state_service.tokens import CachedCounts
 
 
 def tool_schemas(tools: Sequence[Tool]) -> list[dict[str, object]]:
@@ -37,27 +37,39 @@ def tools_json(tools: Sequence[Tool]) -> str:
 
 def build_prompt(
     agent: Agent,
-    counter: TokenCounter,
+    counts: CachedCounts,
     now: float,
     recall_messages: int = 0,
     archival_records: int = 0,
 ) -> StoredPrompt:
-    """Compiles the agent's system prompt and counts its tokens."""
-    memory = compile_memory(agent.blocks, agent.memory_mode, agent.tool_rules)
+    """Compiles the agent's system prompt and counts its tokens.
+
+    With an additive counter the prompt is counted piece by piece, each piece through the
+    cache; otherwise the whole text is counted.
+    """
+    memory = memory_parts(agent.blocks, agent.memory_mode, agent.tool_rules)
     metadata = render_memory_metadata(
         agent.id, agent.memory_updated_at, recall_messages, archival_records
     )
-    system_prompt = assemble_system_prompt(agent.system, memory, metadata)
+    parts = system_prompt_parts(agent.system, memory, metadata)
+    system_prompt = "".join(parts)
+    compiled_memory = "".join(memory)
+    if counts.counter.additive:
+        memory_tokens = sum(counts.count(part) for part in memory)
+        system_tokens = sum(counts.count(part) for part in parts)
+    else:
+        memory_tokens = counts.counter.count(compiled_memory)
+        system_tokens = counts.counter.count(system_prompt)
     return StoredPrompt(
         agent_id=agent.id,
         system_prompt=system_prompt,
-        compiled_memory=memory,
+        compiled_memory=compiled_memory,
         raw_hash=sha256_hex(agent.system),
         memory_revision=agent.memory_revision,
         prompt_hash=sha256_hex(system_prompt),
-        system_tokens=counter.count(system_prompt),
-        memory_tokens=counter.count(memory),
-        counter=counter.name,
+        system_tokens=system_tokens,
+        memory_tokens=memory_tokens,
+        counter=counts.counter.name,
         built_at=now,
     )
 

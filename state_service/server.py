@@ -5,16 +5,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import sys
 
-from cairn.v1 import state_pb2, state_pb2_grpc
 from pydantic import Field
 
+from cairn.v1 import state_pb2, state_pb2_grpc
 from cairn_server import log
 from cairn_server.auth import Authenticator
 from cairn_server.keys_sqlite import SqliteKeyStore
 from cairn_server.rpc import RpcGuard
 from cairn_server.runner import Runner
-from cairn_server.server import Hooks, run_server
+from cairn_server.server import Hooks, StartupError, check_security, run_server
 from cairn_server.settings import SERVER_ENV, ServerSettings, add_server_flags, settings_from
 from state_service.context import ContextSettings
 from state_service.core import Deps
@@ -58,6 +59,7 @@ def settings_from_args(args: argparse.Namespace) -> StateSettings:
 
 async def serve(settings: StateSettings) -> None:
     """Runs the state service until SIGTERM."""
+    check_security(settings, "state")
     data_dir = settings.resolved_data_dir()
     data_dir.mkdir(parents=True, exist_ok=True)
     hub = EventHub()
@@ -96,4 +98,8 @@ def main(argv: list[str] | None = None) -> None:
     settings = settings_from_args(parser.parse_args(argv))
     log.configure(settings.log_level)
     logging.getLogger("cairn.state").debug("settings", extra={"settings": settings.model_dump()})
-    asyncio.run(serve(settings))
+    try:
+        asyncio.run(serve(settings))
+    except StartupError as error:
+        print(f"state service: {error}", file=sys.stderr)
+        sys.exit(2)

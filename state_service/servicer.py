@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
-from cairn.v1 import state_pb2, state_pb2_grpc
 
+from cairn.v1 import state_pb2, state_pb2_grpc
 from cairn_server.errors import NotFound, ResourceExhausted
 from cairn_server.rpc import RpcGuard
 from cairn_server.runner import Runner

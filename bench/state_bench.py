@@ -1,0 +1,153 @@
+"""State service benchmark: CompileContext vs. an empty RPC, and shared-block fan-out.
+
+    python -m bench.state_bench [--duration 3] [--concurrency 32] [--rounds 3]
+
+Starts a state server on a free port with a fresh data directory, measures, prints one
+JSON object. Speeds are ratios against the health check (an empty RPC) on the same server
+in the same run, so a noisy machine moves both sides alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import grpc
+from google.protobuf import field_mask_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from bench.load import interleaved, latencies_ms, percentile
+from cairn.v1 import state_pb2, state_pb2_grpc
+from cairn_server.auth import Role, create_key
+from cairn_server.keys_sqlite import SqliteKeyStore
+from cairn_server.process import ServerProcess, free_port
+
+FANOUTS = (1, 10, 100, 1000)
+PERSONA = "I am a careful assistant. " * 20
+HUMAN = "Name: Sam. Likes tea, hiking and long walks. Works as a nurse. " * 5
+
+
+async def _create_agents(
+    stub: state_pb2_grpc.StateServiceAsyncStub, md: Any, block_id: str, n: int
+) -> None:
+    sem = asyncio.Semaphore(16)
+
+    async def one(i: int) -> None:
+        async with sem:
+            await stub.CreateAgent(
+                state_pb2.CreateAgentRequest(
+                    name=f"fan-{block_id[-6:]}-{i}",
+                    system="You are a helpful agent.\n{CORE_MEMORY}",
+                    memory_blocks=[state_pb2.Block(label="persona", value=PERSONA)],
+                    block_ids=[block_id],
+                ),
+                metadata=md,
+            )
+
+    await asyncio.gather(*(one(i) for i in range(n)))
+
+
+async def run(address: str, key: str, args: argparse.Namespace) -> dict[str, Any]:
+    md = (("authorization", f"Bearer {key}"),)
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = state_pb2_grpc.StateServiceStub(channel)
+        health: Any = health_pb2_grpc.HealthStub(channel)  # its type stubs lack Check
+        agent = (
+            await stub.CreateAgent(
+                state_pb2.CreateAgentRequest(
+                    name="bench",
+                    system="You are a helpful agent.\n{CORE_MEMORY}",
+                    memory_blocks=[
+                        state_pb2.Block(label="persona", value=PERSONA),
+                        state_pb2.Block(label="human", value=HUMAN),
+                    ],
+                ),
+                metadata=md,
+            )
+        ).agent
+        compile_request = state_pb2.CompileContextRequest(agent_id=agent.id)
+        check = health_pb2.HealthCheckRequest()
+        reply = await stub.CompileContext(compile_request, metadata=md)
+        assert reply.cache_hit, "the bench agent's prompt should be cached"
+
+        async def empty() -> object:
+            return await health.Check(check)
+
+        async def compile_() -> object:
+            return await stub.CompileContext(compile_request, metadata=md)
+
+        await interleaved({"empty": empty, "compile": compile_}, 1.0, args.concurrency, 1)
+        rates = await interleaved(
+            {"empty": empty, "compile": compile_}, args.duration, args.concurrency, args.rounds
+        )
+
+        p50: dict[str, float] = {}
+        p95: dict[str, float] = {}
+        for n in FANOUTS:
+            shared = (
+                await stub.CreateBlock(
+                    state_pb2.CreateBlockRequest(block=state_pb2.Block(label="human", value="v")),
+                    metadata=md,
+                )
+            ).block
+            await _create_agents(stub, md, shared.id, n)
+            counter = 0
+
+            async def update(block_id: str = shared.id, n: int = n) -> object:
+                nonlocal counter
+                counter += 1
+                result = await stub.UpdateBlock(
+                    state_pb2.UpdateBlockRequest(
+                        block=state_pb2.Block(id=block_id, value=f"{HUMAN[:200]} #{counter}"),
+                        update_mask=field_mask_pb2.FieldMask(paths=["value"]),
+                    ),
+                    metadata=md,
+                )
+                assert len(result.rebuilt_agent_ids) == n
+                return result
+
+            await latencies_ms(update, 3)
+            samples = await latencies_ms(update, args.updates)
+            p50[str(n)] = round(percentile(samples, 50), 2)
+            p95[str(n)] = round(percentile(samples, 95), 2)
+    return {
+        "store": "sqlite",
+        "concurrency": args.concurrency,
+        "duration_s": args.duration,
+        "rounds": args.rounds,
+        "empty_rps": round(rates["empty"], 1),
+        "compile_rps": round(rates["compile"], 1),
+        "compile_to_empty_ratio": round(rates["compile"] / rates["empty"], 3),
+        "update_shared_ms_p50": p50,
+        "update_shared_ms_p95": p95,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--duration", type=float, default=3.0, help="seconds per round")
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--updates", type=int, default=50, help="UpdateBlock calls per fan-out")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="cairn-bench-") as tmp:
+        data_dir = Path(tmp)
+        store = SqliteKeyStore(data_dir)
+        key, _ = create_key(store, "bench", Role.ADMIN)
+        store.close()
+        server = ServerProcess(
+            "state_service", data_dir, free_port(), ["--log-level", "warning"], {}
+        ).start()
+        try:
+            result = asyncio.run(run(server.address, key, args))
+        finally:
+            server.stop()
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
