@@ -11,6 +11,7 @@ from cairn_server.paging import fingerprint, next_token, parse_page
 from state_service import access, validation
 from state_service.blocks import block_not_found, check_expected, new_block
 from state_service.core import Deps, memory_changed
+from state_service.memory_tools import MEMORY_TOOL_NAMES
 from state_service.models import (
     AGENT_UPDATABLE,
     DEFAULT_CONTEXT_WINDOW,
@@ -20,14 +21,16 @@ from state_service.models import (
     EventKind,
     MemoryMode,
     MemoryUpdateMode,
+    Message,
+    Role,
     Tool,
     ToolRule,
 )
 from state_service.prompts import build_prompt, rebuild_events
 from state_service.store.base import StateTx
 
-# Names the memory tools take; user tools may not shadow them.
-RESERVED_TOOL_NAMES: frozenset[str] = frozenset()
+# User tools may not shadow the memory tools.
+RESERVED_TOOL_NAMES = MEMORY_TOOL_NAMES
 
 
 @dataclass(slots=True)
@@ -112,11 +115,19 @@ def create_agent(deps: Deps, principal: Principal, spec: AgentSpec) -> Agent:
             memory_updated_at=now,
             created_at=now,
             updated_at=now,
+            context_version=1,
         )
+        system_message = Message(
+            id=deps.new_id("message"), agent_id=agent.id, role=Role.SYSTEM, created_at=now
+        )
+        agent.system_message_id = system_message.id
+        agent.message_ids = [system_message.id]
         for block in created:
             tx.insert_block(block)
-        tx.insert_agent(agent, deps.tools_tokens(agent), deps.counter.name)
+        tx.insert_agent(agent, deps.tools_payload(agent))
         tx.set_agent_blocks(agent.id, [b.id for b in blocks])
+        tx.insert_messages(agent.tenant, [system_message], deps.counter.name)
+        tx.set_window(agent.id, agent.message_ids)
         tx.save_prompts([build_prompt(agent, deps.counts, now)])
     return agent
 
@@ -197,7 +208,7 @@ def update_agent(
             # Tool rules render inside compiled memory: a memory change like any other.
             updated.memory_revision += 1
             updated.memory_updated_at = now
-        tx.update_agent(updated, deps.tools_tokens(updated), deps.counter.name)
+        tx.update_agent(updated, deps.tools_payload(updated))
         rebuilt = "system" in changed or (
             "tool_rules" in changed and updated.memory_update_mode is MemoryUpdateMode.SYSTEM_PROMPT
         )

@@ -23,7 +23,7 @@ from state_service.models import (
     Block,
     EventKind,
 )
-from state_service.store.base import StateReader
+from state_service.store.base import StateReader, StateTx
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,44 +141,55 @@ def update_block(
         attached = tx.agent_ids_with_block(principal.tenant, block_id)
         access.require_block_access(principal, block_id, attached, "update")
         check_expected("block", block_id, block.version, expected_version)
-        updated = replace(block, **changes)
-        _check_update(block, updated)
-        changed = {name for name in changes if getattr(updated, name) != getattr(block, name)}
-        if not changed:
-            return BlockUpdate(block, [], [])
-        updated.version = block.version + 1
-        updated.updated_at = now
-        agents = tx.load_agents(principal.tenant, attached)
-        if "label" in changed:
-            for agent in agents:
-                if any(b.label == updated.label and b.id != block_id for b in agent.blocks):
-                    raise AlreadyExists(
-                        f"agent '{agent.id}' already has a block labelled '{updated.label}'"
-                    )
-        tx.update_block(updated)
+        return change_block(deps, tx, block, attached, changes, now)
+
+
+def change_block(
+    deps: Deps,
+    tx: StateTx,
+    block: Block,
+    attached: list[str],
+    changes: dict[str, Any],
+    now: float,
+) -> BlockUpdate:
+    """Applies validated `changes` to `block` inside `tx`, with the fan-out to every attached
+    agent: the one path by which a block changes, for UpdateBlock and memory tools alike."""
+    updated = replace(block, **changes)
+    _check_update(block, updated)
+    changed = {name for name in changes if getattr(updated, name) != getattr(block, name)}
+    if not changed:
+        return BlockUpdate(block, [], [])
+    updated.version = block.version + 1
+    updated.updated_at = now
+    agents = tx.load_agents(block.tenant, attached)
+    if "label" in changed:
         for agent in agents:
-            agent.blocks = [updated if b.id == block_id else b for b in agent.blocks]
-        if changed & PROMPT_FIELDS:
-            rebuilt = memory_changed(
-                deps, tx, agents, now, EventKind.BLOCK_UPDATED, block_id=block_id
-            )
-            return BlockUpdate(updated, attached, rebuilt)
-        tx.emit(
-            [
-                AgentEvent(
-                    kind=EventKind.BLOCK_UPDATED,
-                    tenant=agent.tenant,
-                    agent_id=agent.id,
-                    memory_revision=agent.revision,
-                    context_version=agent.context_version,
-                    agent_version=agent.version,
-                    time=now,
-                    block_id=block_id,
+            if any(b.label == updated.label and b.id != block.id for b in agent.blocks):
+                raise AlreadyExists(
+                    f"agent '{agent.id}' already has a block labelled '{updated.label}'"
                 )
-                for agent in agents
-            ]
-        )
-        return BlockUpdate(updated, [], [])
+    tx.update_block(updated)
+    for agent in agents:
+        agent.blocks = [updated if b.id == block.id else b for b in agent.blocks]
+    if changed & PROMPT_FIELDS:
+        rebuilt = memory_changed(deps, tx, agents, now, EventKind.BLOCK_UPDATED, block_id=block.id)
+        return BlockUpdate(updated, attached, rebuilt)
+    tx.emit(
+        [
+            AgentEvent(
+                kind=EventKind.BLOCK_UPDATED,
+                tenant=agent.tenant,
+                agent_id=agent.id,
+                memory_revision=agent.revision,
+                context_version=agent.context_version,
+                agent_version=agent.version,
+                time=now,
+                block_id=block.id,
+            )
+            for agent in agents
+        ]
+    )
+    return BlockUpdate(updated, [], [])
 
 
 def _check_update(old: Block, new: Block) -> None:

@@ -1,7 +1,10 @@
-"""CompileContext: the stored prompt on a cache hit, a persisted recompilation otherwise."""
+"""CompileContext: the stored prompt on a cache hit, a persisted recompilation otherwise,
+with the in-context messages, the tool schemas and the token account."""
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -10,8 +13,10 @@ from state_service import access
 from state_service.agents import agent_not_found
 from state_service.compile import compile_memory, format_memory_update
 from state_service.core import Deps
-from state_service.models import MemoryUpdateMode, PromptState, StoredPrompt
+from state_service.models import MemoryUpdateMode, Message, PromptState, StoredPrompt
 from state_service.prompts import build_prompt, rebuild_events
+from state_service.store.base import StateReader
+from state_service.window import Window
 
 
 class ContextStatus(StrEnum):
@@ -38,6 +43,7 @@ class TokenAccount:
 class CompiledContext:
     """What CompileContext returns."""
 
+    agent_id: str
     system_prompt: str
     compiled_memory: str
     memory_revision: str
@@ -46,6 +52,24 @@ class CompiledContext:
     cache_hit: bool
     memory_update: str
     status: ContextStatus
+    messages: tuple[Message, ...]
+    tools_json: str
+    context_version: int
+
+    @property
+    def cache_key(self) -> tuple[object, ...]:
+        """Everything the response depends on: equal keys mean equal responses."""
+        return (
+            self.agent_id,
+            self.prompt_hash,
+            self.memory_revision,
+            self.memory_update != "",
+            self.context_version,
+            self.cache_hit,
+            self.tokens,
+            self.status,
+            self.tools_json,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +77,45 @@ class ContextSettings:
     """Server-wide settings of context accounting."""
 
     compaction_threshold: float = 0.9
+
+
+@dataclass(frozen=True, slots=True)
+class _FreshMemory:
+    memory: str
+    memory_tokens: int
+    update: str
+    update_tokens: int
+
+
+class FreshMemoryCache:
+    """Memory rendered for MESSAGE-mode agents whose stored prompt is older, per revision."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._items: OrderedDict[tuple[str, int], _FreshMemory] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def get(
+        self, deps: Deps, reader: StateReader, tenant: str, agent_id: str, revision: int
+    ) -> _FreshMemory:
+        """The memory of `agent_id` at `revision`, rendered once."""
+        key = (agent_id, revision)
+        with self._lock:
+            found = self._items.get(key)
+        if found is not None:
+            return found
+        agent = reader.get_agent(tenant, agent_id)
+        if agent is None:
+            raise agent_not_found(agent_id)
+        memory = compile_memory(agent.blocks, agent.memory_mode, agent.tool_rules)
+        update = format_memory_update(memory, agent.revision)
+        fresh = _FreshMemory(memory, deps.counter.count(memory), update, deps.counter.count(update))
+        if agent.memory_revision == revision:
+            with self._lock:
+                self._items[key] = fresh
+                while len(self._items) > self._size:
+                    self._items.popitem(last=False)
+        return fresh
 
 
 def _status(tokens: TokenAccount, settings: ContextSettings) -> ContextStatus:
@@ -91,26 +154,23 @@ def cached_context(
     prompt = _usable(state, deps)
     if prompt is None:
         return None
+    window = deps.windows.load(
+        reader, principal.tenant, agent_id, state.context_version, deps.counter
+    )
     if prompt.memory_revision == state.memory_revision:
-        return _result(
-            prompt, prompt.compiled_memory, prompt.memory_tokens, "", True, state, settings
-        )
-    # MESSAGE mode after a memory change: keep the stored prompt, send the fresh memory.
-    agent = reader.get_agent(principal.tenant, agent_id)
-    if agent is None:
-        raise agent_not_found(agent_id)
-    memory = compile_memory(agent.blocks, agent.memory_mode, agent.tool_rules)
-    update = format_memory_update(memory, agent.revision)
+        return _result(prompt, state, window, settings, hit=True)
+    # MESSAGE mode after a memory change: keep the stored prompt; until a step acknowledges
+    # the new revision, hand the fresh memory to the turn as a separate update.
+    fresh = deps.fresh_memory.get(deps, reader, principal.tenant, agent_id, state.memory_revision)
+    delivered = state.delivered_revision >= state.memory_revision
     return _result(
         prompt,
-        memory,
-        deps.counter.count(memory),
-        update,
-        True,
         state,
+        window,
         settings,
-        revision=agent.revision,
-        update_tokens=deps.counter.count(update),
+        hit=True,
+        memory=(fresh.memory, fresh.memory_tokens),
+        update=("", 0) if delivered else (fresh.update, fresh.update_tokens),
     )
 
 
@@ -128,12 +188,16 @@ def recompile_context(
         assert state is not None
         prompt = build_prompt(agent, deps.counts, now)
         tx.save_prompts([prompt])
-        tools_tokens = state.tools_tokens
+        tools_tokens, tools_json = state.tools_tokens, state.tools_json
         if state.tools_counter != deps.counter.name:
             # The server's tokenizer changed since the tools were counted.
-            tools_tokens = deps.tools_tokens(agent)
-            tx.update_agent(agent, tools_tokens, deps.counter.name)
+            payload = deps.tools_payload(agent)
+            tools_tokens, tools_json = payload.tokens, payload.json
+            tx.update_agent(agent, payload)
         tx.emit(rebuild_events([agent], [prompt], now))
+        window = deps.windows.load(
+            tx, principal.tenant, agent_id, agent.context_version, deps.counter
+        )
     fresh = PromptState(
         agent_id=agent.id,
         system_hash=prompt.raw_hash,
@@ -143,8 +207,11 @@ def recompile_context(
         tools_tokens=tools_tokens,
         tools_counter=deps.counter.name,
         prompt=prompt,
+        context_version=agent.context_version,
+        delivered_revision=agent.delivered_revision,
+        tools_json=tools_json,
     )
-    return _result(prompt, prompt.compiled_memory, prompt.memory_tokens, "", False, fresh, settings)
+    return _result(prompt, fresh, window, settings, hit=False)
 
 
 def compile_context(
@@ -161,32 +228,35 @@ def compile_context(
 
 def _result(
     prompt: StoredPrompt,
-    memory: str,
-    memory_tokens: int,
-    update: str,
-    hit: bool,
     state: PromptState,
+    window: Window,
     settings: ContextSettings,
     *,
-    revision: str | None = None,
-    update_tokens: int = 0,
+    hit: bool,
+    memory: tuple[str, int] | None = None,
+    update: tuple[str, int] = ("", 0),
 ) -> CompiledContext:
-    total = prompt.system_tokens + state.tools_tokens + update_tokens
+    memory_text, memory_tokens = memory or (prompt.compiled_memory, prompt.memory_tokens)
+    total = prompt.system_tokens + state.tools_tokens + window.tokens + update[1]
     tokens = TokenAccount(
         context_window=state.context_window,
         system=prompt.system_tokens,
         memory=memory_tokens,
         tools=state.tools_tokens,
-        messages=0,
+        messages=window.tokens,
         total=total,
     )
     return CompiledContext(
+        agent_id=state.agent_id,
         system_prompt=prompt.system_prompt,
-        compiled_memory=memory,
-        memory_revision=revision if revision is not None else str(prompt.memory_revision),
+        compiled_memory=memory_text,
+        memory_revision=str(state.memory_revision),
         prompt_hash=prompt.prompt_hash,
         tokens=tokens,
         cache_hit=hit,
-        memory_update=update,
+        memory_update=update[0],
         status=_status(tokens, settings),
+        messages=window.messages,
+        tools_json=state.tools_json,
+        context_version=state.context_version,
     )

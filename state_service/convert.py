@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from google.protobuf import json_format, struct_pb2, timestamp_pb2
 
-from cairn.v1 import state_pb2
+from cairn.v1 import common_pb2, state_pb2
 from cairn_server.errors import InvalidArgument
 from state_service.blocks import BlockUpdate
-from state_service.context import CompiledContext, ContextStatus
+from state_service.context import CompiledContext, ContextStatus, TokenAccount
+from state_service.memory_tools import ToolError
 from state_service.models import (
     Agent,
     AgentEvent,
@@ -18,10 +18,14 @@ from state_service.models import (
     EventKind,
     MemoryMode,
     MemoryUpdateMode,
+    Message,
+    Role,
     Tool,
+    ToolCall,
     ToolRule,
     ToolRuleType,
 )
+from state_service.tool_calls import ToolResult
 
 _MEMORY_MODES = {
     state_pb2.MEMORY_MODE_UNSPECIFIED: MemoryMode.STANDARD,
@@ -66,6 +70,29 @@ _EVENTS_PB = {
     EventKind.PROMPT_REBUILT: state_pb2.EVENT_TYPE_PROMPT_REBUILT,
     EventKind.BLOCKS_CHANGED: state_pb2.EVENT_TYPE_BLOCKS_CHANGED,
     EventKind.AGENT_UPDATED: state_pb2.EVENT_TYPE_AGENT_UPDATED,
+    EventKind.MESSAGES_CHECKPOINTED: state_pb2.EVENT_TYPE_MESSAGES_CHECKPOINTED,
+    EventKind.COMPACTION_APPLIED: state_pb2.EVENT_TYPE_COMPACTION_APPLIED,
+}
+_ROLES = {
+    common_pb2.MESSAGE_ROLE_SYSTEM: Role.SYSTEM,
+    common_pb2.MESSAGE_ROLE_USER: Role.USER,
+    common_pb2.MESSAGE_ROLE_ASSISTANT: Role.ASSISTANT,
+    common_pb2.MESSAGE_ROLE_TOOL: Role.TOOL,
+    common_pb2.MESSAGE_ROLE_SUMMARY: Role.SUMMARY,
+}
+_ROLES_PB = {v: k for k, v in _ROLES.items()}
+_TOOL_ERRORS_PB = {
+    ToolError.INVALID_ARGUMENTS: state_pb2.MEMORY_TOOL_ERROR_INVALID_ARGUMENTS,
+    ToolError.UNKNOWN_TOOL: state_pb2.MEMORY_TOOL_ERROR_UNKNOWN_TOOL,
+    ToolError.UNKNOWN_LABEL: state_pb2.MEMORY_TOOL_ERROR_UNKNOWN_LABEL,
+    ToolError.READ_ONLY: state_pb2.MEMORY_TOOL_ERROR_READ_ONLY,
+    ToolError.TEXT_NOT_FOUND: state_pb2.MEMORY_TOOL_ERROR_TEXT_NOT_FOUND,
+    ToolError.AMBIGUOUS: state_pb2.MEMORY_TOOL_ERROR_AMBIGUOUS,
+    ToolError.LINE_NUMBER_PREFIX: state_pb2.MEMORY_TOOL_ERROR_LINE_NUMBER_PREFIX,
+    ToolError.INSERT_LINE_OUT_OF_RANGE: state_pb2.MEMORY_TOOL_ERROR_INSERT_LINE_OUT_OF_RANGE,
+    ToolError.LIMIT_EXCEEDED: state_pb2.MEMORY_TOOL_ERROR_LIMIT_EXCEEDED,
+    ToolError.RECALL_NOT_CONFIGURED: state_pb2.MEMORY_TOOL_ERROR_RECALL_NOT_CONFIGURED,
+    ToolError.RECALL_FAILED: state_pb2.MEMORY_TOOL_ERROR_RECALL_FAILED,
 }
 
 
@@ -258,26 +285,98 @@ def update_block_response(result: BlockUpdate) -> state_pb2.UpdateBlockResponse:
     )
 
 
+def tokens_to_pb(t: TokenAccount) -> state_pb2.TokenAccount:
+    """A token account for a response."""
+    return state_pb2.TokenAccount(
+        context_window=t.context_window,
+        system=t.system,
+        memory=t.memory,
+        tools=t.tools,
+        messages=t.messages,
+        total=t.total,
+    )
+
+
 def compile_response(result: CompiledContext) -> state_pb2.CompileContextResponse:
     """CompileContext's response."""
-    t = result.tokens
     return state_pb2.CompileContextResponse(
         system_prompt=result.system_prompt,
         compiled_memory=result.compiled_memory,
         memory_revision=result.memory_revision,
         prompt_hash=result.prompt_hash,
-        tokens=state_pb2.TokenAccount(
-            context_window=t.context_window,
-            system=t.system,
-            memory=t.memory,
-            tools=t.tools,
-            messages=t.messages,
-            total=t.total,
-        ),
+        tokens=tokens_to_pb(result.tokens),
         cache_hit=result.cache_hit,
         memory_update=result.memory_update,
         status=_STATUS_PB[result.status],
+        messages=[message_to_pb(m) for m in result.messages],
+        tools_json=result.tools_json,
+        context_version=result.context_version,
     )
+
+
+def message_to_pb(message: Message) -> common_pb2.Message:
+    """A message for a response."""
+    return common_pb2.Message(
+        id=message.id,
+        agent_id=message.agent_id,
+        role=_ROLES_PB[message.role],
+        content=message.content,
+        tool_calls=[
+            common_pb2.ToolCall(id=c.id, name=c.name, arguments_json=c.arguments_json)
+            for c in message.tool_calls
+        ],
+        tool_call_id=message.tool_call_id,
+        step_id=message.step_id,
+        created_at=timestamp(message.created_at),
+        name=message.name,
+    )
+
+
+def message_from_pb(field: str, pb: common_pb2.Message) -> Message:
+    """A message from a request (server-owned fields ignored)."""
+    if pb.role not in _ROLES:
+        raise InvalidArgument(f"{field}.role", "must be set to a known role")
+    return Message(
+        id="",
+        agent_id="",
+        role=_ROLES[pb.role],
+        content=pb.content,
+        tool_calls=tuple(ToolCall(c.id, c.name, c.arguments_json) for c in pb.tool_calls),
+        tool_call_id=pb.tool_call_id,
+        name=pb.name,
+    )
+
+
+def role_from_pb(field: str, value: int) -> Role:
+    """A role from its protobuf value."""
+    if value not in _ROLES:
+        raise InvalidArgument(field, f"unknown role {value}")
+    return _ROLES[value]  # type: ignore[index]
+
+
+def time_bounds(pb: common_pb2.TimeRange) -> tuple[float | None, float | None]:
+    """A TimeRange as optional epoch seconds."""
+    start = pb.start.ToNanoseconds() / 1e9 if pb.HasField("start") else None
+    end = pb.end.ToNanoseconds() / 1e9 if pb.HasField("end") else None
+    return start, end
+
+
+def tool_result_to_pb(result: ToolResult) -> state_pb2.ExecuteMemoryToolResponse:
+    """ExecuteMemoryTool's response."""
+    response = state_pb2.ExecuteMemoryToolResponse(
+        result=result.text,
+        ok=result.ok,
+        error=(
+            _TOOL_ERRORS_PB[result.error]
+            if result.error
+            else state_pb2.MEMORY_TOOL_ERROR_UNSPECIFIED
+        ),
+        rebuilt_agent_ids=result.rebuilt_agent_ids,
+        memory_revision=result.memory_revision,
+    )
+    if result.block is not None:
+        response.block.CopyFrom(block_to_pb(result.block))
+    return response
 
 
 def event_to_pb(event: AgentEvent) -> state_pb2.WatchAgentResponse:
@@ -291,6 +390,7 @@ def event_to_pb(event: AgentEvent) -> state_pb2.WatchAgentResponse:
         prompt_hash=event.prompt_hash,
         time=timestamp(event.time),
         agent_version=event.agent_version,
+        step_id=event.step_id,
     )
 
 
@@ -304,14 +404,3 @@ def started_event(agent: Agent, now: float) -> state_pb2.WatchAgentResponse:
         time=timestamp(now),
         agent_version=agent.version,
     )
-
-
-def json_object(field: str, text: str) -> dict[str, Any]:
-    """Parses a JSON object given as text."""
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise InvalidArgument(field, f"is not valid JSON: {error.msg}") from None
-    if not isinstance(value, dict):
-        raise InvalidArgument(field, "must be a JSON object")
-    return value

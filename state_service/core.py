@@ -6,11 +6,16 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from state_service.models import Agent, AgentEvent, EventKind, MemoryUpdateMode
+from state_service.models import Agent, AgentEvent, EventKind, MemoryUpdateMode, ToolsPayload
 from state_service.prompts import build_prompt, rebuild_events, tools_json
 from state_service.store.base import StateStore, StateTx
 from state_service.tokens import CachedCounts, EstimateCounter, TokenCounter
+from state_service.window import WindowCache
+
+if TYPE_CHECKING:
+    from state_service.context import FreshMemoryCache
 
 
 @dataclass
@@ -21,17 +26,24 @@ class Deps:
     counter: TokenCounter = field(default_factory=EstimateCounter)
     clock: Callable[[], float] = time.time
     counts: CachedCounts = field(init=False)
+    windows: WindowCache = field(init=False)
+    fresh_memory: FreshMemoryCache = field(init=False)
 
     def __post_init__(self) -> None:
+        from state_service.context import FreshMemoryCache
+
         self.counts = CachedCounts(self.counter)
+        self.windows = WindowCache()
+        self.fresh_memory = FreshMemoryCache()
 
     def new_id(self, kind: str) -> str:
         """A fresh resource id such as `agent-<uuid>`."""
         return f"{kind}-{uuid.uuid4()}"
 
-    def tools_tokens(self, agent: Agent) -> int:
-        """Tokens of the agent's tool schemas as sent to the model."""
-        return self.counter.count(tools_json(agent.tools)) if agent.tools else 0
+    def tools_payload(self, agent: Agent) -> ToolsPayload:
+        """The agent's tool schemas, then the memory tools, as sent to the model."""
+        text = tools_json(agent.tools)
+        return ToolsPayload(text, self.counter.count(text), self.counter.name)
 
 
 def memory_changed(

@@ -84,6 +84,41 @@ class ToolRule:
     prompt_template: str = ""
 
 
+class Role(StrEnum):
+    """Who produced a message."""
+
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+    SUMMARY = "summary"
+
+
+@dataclass(slots=True, frozen=True)
+class ToolCall:
+    """One function call of an assistant message."""
+
+    id: str
+    name: str
+    arguments_json: str
+
+
+@dataclass(slots=True, frozen=True)
+class Message:
+    """One message of an agent's history. Committed messages never change."""
+
+    id: str
+    agent_id: str
+    role: Role
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str = ""
+    name: str = ""
+    step_id: str = ""
+    created_at: float = 0.0
+    tokens: int = 0
+
+
 @dataclass(slots=True)
 class Agent:
     """An agent's durable state; `blocks` are in render order."""
@@ -108,6 +143,19 @@ class Agent:
     created_at: float = 0.0
     updated_at: float = 0.0
     version: int = 1
+    # History bookkeeping: the system message (window[0]), how many messages history holds
+    # besides it, archival records written, and the memory revision last acknowledged by a
+    # step in MESSAGE mode.
+    system_message_id: str = ""
+    message_count: int = 0
+    archival_count: int = 0
+    delivered_revision: int = 0
+
+    @property
+    def recall_count(self) -> int:
+        """Messages in history but out of the window (Letta's 'previous messages')."""
+        in_window = max(0, len(self.message_ids) - 1)
+        return max(0, self.message_count - in_window)
 
     @property
     def revision(self) -> str:
@@ -158,6 +206,43 @@ class PromptState:
     tools_tokens: int
     tools_counter: str
     prompt: StoredPrompt | None
+    context_version: int = 0
+    delivered_revision: int = 0
+    tools_json: str = "[]"
+
+
+@dataclass(slots=True, frozen=True)
+class ToolsPayload:
+    """The tool schemas as sent to the model (OpenAI `tools` JSON) and their token count."""
+
+    json: str
+    tokens: int
+    counter: str
+
+
+@dataclass(slots=True, frozen=True)
+class StepRecord:
+    """A committed step, kept so that a retry returns the first result."""
+
+    agent_id: str
+    step_id: str
+    request_hash: str
+    message_ids: tuple[str, ...]
+    context_version: int
+    created_at: float
+
+
+@dataclass(slots=True, frozen=True)
+class CompactionPlan:
+    """Messages chosen for eviction, valid while the window stays at its version."""
+
+    plan_id: str
+    tenant: str
+    agent_id: str
+    base_context_version: int
+    message_ids: tuple[str, ...]
+    created_at: float
+    applied_at: float | None = None
 
 
 class EventKind(StrEnum):
@@ -168,6 +253,8 @@ class EventKind(StrEnum):
     BLOCKS_CHANGED = "blocks_changed"
     AGENT_UPDATED = "agent_updated"
     AGENT_DELETED = "agent_deleted"
+    MESSAGES_CHECKPOINTED = "messages_checkpointed"
+    COMPACTION_APPLIED = "compaction_applied"
 
 
 @dataclass(slots=True, frozen=True)
@@ -183,3 +270,4 @@ class AgentEvent:
     time: float
     block_id: str = ""
     prompt_hash: str = ""
+    step_id: str = ""

@@ -11,23 +11,22 @@ from state_service.compile import (
     sha256_hex,
     system_prompt_parts,
 )
+from state_service.memory_tools import MEMORY_TOOLS
 from state_service.models import Agent, AgentEvent, EventKind, StoredPrompt, Tool
 from state_service.tokens import CachedCounts
 
 
 def tool_schemas(tools: Sequence[Tool]) -> list[dict[str, object]]:
-    """The tools as an OpenAI-style `tools` array."""
-    return [
+    """The agent's tools, then the memory tools, as an OpenAI-style `tools` array."""
+    own: list[dict[str, object]] = [
         {
-            "type": "function",
-            "function": {
-                "name": tool.name,
-                "description": tool.description,
-                "parameters": json.loads(tool.parameters_json),
-            },
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": json.loads(tool.parameters_json),
         }
         for tool in tools
     ]
+    return [{"type": "function", "function": f} for f in [*own, *MEMORY_TOOLS]]
 
 
 def tools_json(tools: Sequence[Tool]) -> str:
@@ -35,13 +34,7 @@ def tools_json(tools: Sequence[Tool]) -> str:
     return json.dumps(tool_schemas(tools), separators=(",", ":"), ensure_ascii=False)
 
 
-def build_prompt(
-    agent: Agent,
-    counts: CachedCounts,
-    now: float,
-    recall_messages: int = 0,
-    archival_records: int = 0,
-) -> StoredPrompt:
+def build_prompt(agent: Agent, counts: CachedCounts, now: float) -> StoredPrompt:
     """Compiles the agent's system prompt and counts its tokens.
 
     With an additive counter the prompt is counted piece by piece, each piece through the
@@ -49,7 +42,7 @@ def build_prompt(
     """
     memory = memory_parts(agent.blocks, agent.memory_mode, agent.tool_rules)
     metadata = render_memory_metadata(
-        agent.id, agent.memory_updated_at, recall_messages, archival_records
+        agent.id, agent.memory_updated_at, agent.recall_count, agent.archival_count
     )
     parts = system_prompt_parts(agent.system, memory, metadata)
     system_prompt = "".join(parts)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -11,12 +12,18 @@ from cairn.v1 import state_pb2, state_pb2_grpc
 from cairn_server.errors import NotFound, ResourceExhausted
 from cairn_server.rpc import RpcGuard
 from cairn_server.runner import Runner
-from state_service import agents, blocks, convert
+from state_service import agents, blocks, compaction, convert, portability, steps
 from state_service.agents import AgentSpec
-from state_service.context import ContextSettings, cached_context, recompile_context
+from state_service.context import (
+    CompiledContext,
+    ContextSettings,
+    cached_context,
+    recompile_context,
+)
 from state_service.core import Deps
 from state_service.events import EventHub
 from state_service.models import AGENT_UPDATABLE, BLOCK_UPDATABLE, EventKind
+from state_service.tool_calls import NeedsRecall, execute_memory_tool, recall_not_configured
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
 
@@ -43,6 +50,20 @@ class StateServicer(state_pb2_grpc.StateServiceServicer):
         self.run = runner
         self.hub = hub
         self.context_settings = context_settings
+        self._responses: OrderedDict[tuple[object, ...], state_pb2.CompileContextResponse] = (
+            OrderedDict()
+        )
+
+    def _compile_response(self, result: CompiledContext) -> state_pb2.CompileContextResponse:
+        # Equal cache keys give equal responses, so a converted response is reused as is.
+        key = result.cache_key
+        response = self._responses.get(key)
+        if response is None:
+            response = convert.compile_response(result)
+            self._responses[key] = response
+            if len(self._responses) > 1024:
+                self._responses.popitem(last=False)
+        return response
 
     async def CreateAgent(
         self, request: state_pb2.CreateAgentRequest, context: Ctx
@@ -252,7 +273,7 @@ class StateServicer(state_pb2_grpc.StateServiceServicer):
                 result = await self.run.read(cached_context, *args)
             if result is None:
                 result = await self.run.write(recompile_context, *args)
-            return convert.compile_response(result)
+            return self._compile_response(result)
         raise AssertionError("unreachable")
 
     async def WatchAgent(
@@ -274,3 +295,130 @@ class StateServicer(state_pb2_grpc.StateServiceServicer):
                     if event.kind is EventKind.AGENT_DELETED:
                         raise NotFound(f"agent '{request.agent_id}' was deleted")
                     yield convert.event_to_pb(event)
+
+    async def CommitStep(
+        self, request: state_pb2.CommitStepRequest, context: Ctx
+    ) -> state_pb2.CommitStepResponse:
+        async with self.guard.call(context, "CommitStep") as principal:
+            messages = [
+                convert.message_from_pb(f"messages[{i}]", m) for i, m in enumerate(request.messages)
+            ]
+            result = await self.run.write(
+                steps.commit_step,
+                self.deps,
+                principal,
+                request.agent_id,
+                request.step_id,
+                request.base_context_version,
+                messages,
+                request.acknowledged_memory_revision,
+            )
+            return state_pb2.CommitStepResponse(
+                messages=[convert.message_to_pb(m) for m in result.messages],
+                context_version=result.context_version,
+                replayed=result.replayed,
+            )
+        raise AssertionError("unreachable")
+
+    async def ListMessages(
+        self, request: state_pb2.ListMessagesRequest, context: Ctx
+    ) -> state_pb2.ListMessagesResponse:
+        async with self.guard.call(context, "ListMessages") as principal:
+            start, end = convert.time_bounds(request.time_range)
+            found, token = await self.run.read(
+                steps.list_messages,
+                self.deps,
+                principal,
+                request.agent_id,
+                page_size=request.page_size,
+                page_token=request.page_token,
+                roles=[convert.role_from_pb(f"roles[{i}]", r) for i, r in enumerate(request.roles)],
+                start=start,
+                end=end,
+                newest_first=request.newest_first,
+            )
+            return state_pb2.ListMessagesResponse(
+                messages=[convert.message_to_pb(m) for m in found], next_page_token=token
+            )
+        raise AssertionError("unreachable")
+
+    async def ExecuteMemoryTool(
+        self, request: state_pb2.ExecuteMemoryToolRequest, context: Ctx
+    ) -> state_pb2.ExecuteMemoryToolResponse:
+        async with self.guard.call(context, "ExecuteMemoryTool") as principal:
+            outcome = await self.run.write(
+                execute_memory_tool,
+                self.deps,
+                principal,
+                request.agent_id,
+                request.tool_name,
+                request.arguments_json,
+            )
+            if isinstance(outcome, NeedsRecall):
+                outcome = recall_not_configured(outcome.call, outcome.memory_revision)
+            return convert.tool_result_to_pb(outcome)
+        raise AssertionError("unreachable")
+
+    async def PlanCompaction(
+        self, request: state_pb2.PlanCompactionRequest, context: Ctx
+    ) -> state_pb2.PlanCompactionResponse:
+        async with self.guard.call(context, "PlanCompaction") as principal:
+            share = request.target_share if request.HasField("target_share") else None
+            plan = await self.run.write(
+                compaction.plan_compaction,
+                self.deps,
+                principal,
+                request.agent_id,
+                share,
+                self.context_settings,
+            )
+            return state_pb2.PlanCompactionResponse(
+                plan_id=plan.plan.plan_id,
+                messages=[convert.message_to_pb(m) for m in plan.messages],
+                base_context_version=plan.plan.base_context_version,
+                tokens_before=plan.tokens_before,
+                tokens_after=plan.tokens_after,
+            )
+        raise AssertionError("unreachable")
+
+    async def ApplyCompaction(
+        self, request: state_pb2.ApplyCompactionRequest, context: Ctx
+    ) -> state_pb2.ApplyCompactionResponse:
+        async with self.guard.call(context, "ApplyCompaction") as principal:
+            applied = await self.run.write(
+                compaction.apply_compaction,
+                self.deps,
+                principal,
+                request.agent_id,
+                request.plan_id,
+                request.summary,
+                self.context_settings,
+            )
+            return state_pb2.ApplyCompactionResponse(
+                summary_message=convert.message_to_pb(applied.summary),
+                context_version=applied.context_version,
+                tokens=convert.tokens_to_pb(applied.tokens),
+            )
+        raise AssertionError("unreachable")
+
+    async def ExportAgent(
+        self, request: state_pb2.ExportAgentRequest, context: Ctx
+    ) -> state_pb2.ExportAgentResponse:
+        async with self.guard.call(context, "ExportAgent") as principal:
+            text = await self.run.read(
+                portability.export_agents, self.deps, principal, list(request.agent_ids)
+            )
+            return state_pb2.ExportAgentResponse(agent_file_json=text)
+        raise AssertionError("unreachable")
+
+    async def ImportAgent(
+        self, request: state_pb2.ImportAgentRequest, context: Ctx
+    ) -> state_pb2.ImportAgentResponse:
+        async with self.guard.call(context, "ImportAgent") as principal:
+            imported, ids = await self.run.write(
+                portability.import_agents, self.deps, principal, request.agent_file_json
+            )
+            return state_pb2.ImportAgentResponse(
+                agents=[convert.agent_to_pb(a) for a in imported], id_map=ids
+            )
+        raise AssertionError("unreachable")

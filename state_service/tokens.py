@@ -84,6 +84,24 @@ class CachedCounts:
         return tokens
 
 
+# Chat formats wrap each message in a few tokens of role and separators (OpenAI's guidance
+# counts 3 per message plus 1 for the reply's priming; 4 covers role and separators).
+MESSAGE_OVERHEAD = 4
+
+
+def message_tokens(
+    counter: TokenCounter, content: str, name: str, calls: list[tuple[str, str]]
+) -> int:
+    """Tokens one chat message costs: overhead, content, name and each call's name and
+    arguments."""
+    total = MESSAGE_OVERHEAD + counter.count(content)
+    if name:
+        total += counter.count(name) + 1
+    for call_name, arguments in calls:
+        total += MESSAGE_OVERHEAD + counter.count(call_name) + counter.count(arguments)
+    return total
+
+
 def make_counter(spec: str) -> TokenCounter:
     """Builds the counter named by `spec` ('estimate', or 'tiktoken:<encoding>')."""
     if spec in ("", "estimate"):

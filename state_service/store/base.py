@@ -11,7 +11,17 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol
 
-from state_service.models import Agent, AgentEvent, Block, PromptState, StoredPrompt
+from state_service.models import (
+    Agent,
+    AgentEvent,
+    Block,
+    CompactionPlan,
+    Message,
+    PromptState,
+    StepRecord,
+    StoredPrompt,
+    ToolsPayload,
+)
 
 
 class StateReader(Protocol):
@@ -56,6 +66,35 @@ class StateReader(Protocol):
     def agent_ids_with_block(self, tenant: str, block_id: str) -> list[str]:
         """Ids of the agents the block is attached to."""
 
+    def window(self, tenant: str, agent_id: str, counter: str) -> list[Message]:
+        """The in-context messages in order; the system message carries the stored prompt.
+
+        A message counted by another tokenizer than `counter` comes back with tokens = -1.
+        """
+
+    def get_messages(self, tenant: str, message_ids: Sequence[str]) -> list[Message]:
+        """Messages by id, in the order given (unknown ids skipped)."""
+
+    def list_messages(
+        self,
+        tenant: str,
+        agent_id: str,
+        *,
+        after: int,
+        limit: int,
+        roles: Sequence[str],
+        start: float | None,
+        end: float | None,
+        newest_first: bool,
+    ) -> list[tuple[int, Message]]:
+        """A page of an agent's history; `after` is the last row key seen (0 to start)."""
+
+    def get_step(self, agent_id: str, step_id: str) -> StepRecord | None:
+        """A committed step, or None."""
+
+    def get_plan(self, tenant: str, plan_id: str) -> CompactionPlan | None:
+        """A compaction plan, or None."""
+
 
 class StateTx(StateReader, Protocol):
     """Writes inside one transaction."""
@@ -69,14 +108,14 @@ class StateTx(StateReader, Protocol):
     def delete_block(self, tenant: str, block_id: str) -> None:
         """Deletes a block and its attachments."""
 
-    def insert_agent(self, agent: Agent, tools_tokens: int, tools_counter: str) -> None:
-        """Stores a new agent (not its block attachments)."""
+    def insert_agent(self, agent: Agent, tools: ToolsPayload) -> None:
+        """Stores a new agent (not its block attachments or window)."""
 
-    def update_agent(self, agent: Agent, tools_tokens: int, tools_counter: str) -> None:
-        """Overwrites an agent's own fields (not its block attachments)."""
+    def update_agent(self, agent: Agent, tools: ToolsPayload) -> None:
+        """Overwrites an agent's own fields (not its block attachments or window)."""
 
     def delete_agent(self, tenant: str, agent_id: str) -> None:
-        """Deletes an agent, its attachments and its stored prompt."""
+        """Deletes an agent with its attachments, prompt, window and history."""
 
     def set_agent_blocks(self, agent_id: str, block_ids: Sequence[str]) -> None:
         """Replaces the agent's attachments with `block_ids`, in render order."""
@@ -86,8 +125,40 @@ class StateTx(StateReader, Protocol):
     ) -> None:
         """Increments memory_revision (and optionally version) of many agents at once."""
 
+    def set_context(
+        self,
+        tenant: str,
+        agent_id: str,
+        *,
+        context_version: int,
+        message_count: int,
+        delivered_revision: int,
+    ) -> None:
+        """Records a new window version and history size."""
+
+    def add_archival(self, tenant: str, agent_id: str, count: int) -> None:
+        """Counts archival records written for the agent."""
+
     def save_prompts(self, prompts: Sequence[StoredPrompt]) -> None:
         """Stores compiled prompts, replacing earlier ones."""
+
+    def insert_messages(self, tenant: str, messages: Sequence[Message], counter: str) -> None:
+        """Appends messages to history."""
+
+    def append_window(self, agent_id: str, start: int, message_ids: Sequence[str]) -> None:
+        """Adds messages at positions start, start+1, ... of the window."""
+
+    def set_window(self, agent_id: str, message_ids: Sequence[str]) -> None:
+        """Replaces the whole window."""
+
+    def insert_step(self, step: StepRecord) -> None:
+        """Records a committed step."""
+
+    def insert_plan(self, plan: CompactionPlan) -> None:
+        """Stores a compaction plan."""
+
+    def mark_plan_applied(self, plan_id: str, now: float) -> None:
+        """Marks a plan applied."""
 
     def emit(self, events: Sequence[AgentEvent]) -> None:
         """Queues events to publish once the transaction commits."""

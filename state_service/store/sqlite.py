@@ -11,17 +11,28 @@ from pathlib import Path
 from typing import Any
 
 from cairn_server import sqlite as sqlite_util
+from state_service.compile import sha256_hex
 from state_service.models import (
     Agent,
     AgentEvent,
     Block,
+    CompactionPlan,
     MemoryMode,
     MemoryUpdateMode,
+    Message,
     PromptState,
+    Role,
+    StepRecord,
     StoredPrompt,
-    Tool,
-    ToolRule,
-    ToolRuleType,
+    ToolsPayload,
+)
+from state_service.store.codec import (
+    calls_from_json,
+    calls_to_json,
+    rules_from_json,
+    rules_to_json,
+    tools_from_json,
+    tools_to_json,
 )
 
 STATE_FILE = "state.sqlite3"
@@ -30,61 +41,22 @@ _CHUNK = 500
 _AGENT_COLUMNS = (
     "id, tenant, name, system, model, context_window, tools, tool_rules, tags, metadata,"
     " memory_mode, memory_update_mode, context_version, memory_revision, memory_updated_at,"
-    " version, created_at, updated_at, rowkey"
+    " version, created_at, updated_at, system_message_id, message_count, archival_count,"
+    " delivered_revision, rowkey"
 )
+_AGENT_ROWKEY = 22
 _BLOCK_COLUMNS = (
     "b.id, b.tenant, b.label, b.value, b.char_limit, b.description, b.read_only, b.hidden,"
     " b.tags, b.metadata, b.version, b.created_at, b.updated_at, b.rowkey"
 )
-
-
-def tools_to_json(tools: Sequence[Tool]) -> str:
-    """Tools as stored."""
-    return json.dumps(
-        [
-            {"name": t.name, "description": t.description, "parameters": t.parameters_json}
-            for t in tools
-        ]
-    )
-
-
-def tools_from_json(text: str) -> list[Tool]:
-    """Tools from their stored form."""
-    return [Tool(t["name"], t["description"], t["parameters"]) for t in json.loads(text)]
-
-
-def rules_to_json(rules: Sequence[ToolRule]) -> str:
-    """Tool rules as stored."""
-    return json.dumps(
-        [
-            {
-                "type": r.type.value,
-                "tool_name": r.tool_name,
-                "children": list(r.children),
-                "max_count": r.max_count,
-                "default_child": r.default_child,
-                "child_output_mapping": [list(pair) for pair in r.child_output_mapping],
-                "prompt_template": r.prompt_template,
-            }
-            for r in rules
-        ]
-    )
-
-
-def rules_from_json(text: str) -> list[ToolRule]:
-    """Tool rules from their stored form."""
-    return [
-        ToolRule(
-            type=ToolRuleType(r["type"]),
-            tool_name=r["tool_name"],
-            children=tuple(r["children"]),
-            max_count=r["max_count"],
-            default_child=r["default_child"],
-            child_output_mapping=tuple((k, v) for k, v in r["child_output_mapping"]),
-            prompt_template=r["prompt_template"],
-        )
-        for r in json.loads(text)
-    ]
+# The system message's content is the agent's stored prompt, read at query time.
+_MESSAGE_COLUMNS = (
+    "m.id, m.agent_id, m.role,"
+    " CASE WHEN m.role = 'system' THEN COALESCE(p.system_prompt, m.content) ELSE m.content END,"
+    " m.tool_calls, m.tool_call_id, m.name, m.step_id, m.created_at, m.tokens, m.rowkey,"
+    " m.counter"
+)
+_MESSAGE_FROM = "messages m LEFT JOIN agent_prompts p ON p.agent_id = m.agent_id"
 
 
 def _block(row: Sequence[Any]) -> Block:
@@ -105,7 +77,7 @@ def _block(row: Sequence[Any]) -> Block:
     )
 
 
-def _agent(row: Sequence[Any], blocks: list[Block]) -> Agent:
+def _agent(row: Sequence[Any], blocks: list[Block], window: list[str]) -> Agent:
     return Agent(
         id=row[0],
         tenant=row[1],
@@ -125,7 +97,27 @@ def _agent(row: Sequence[Any], blocks: list[Block]) -> Agent:
         version=row[15],
         created_at=row[16],
         updated_at=row[17],
+        system_message_id=row[18],
+        message_count=row[19],
+        archival_count=row[20],
+        delivered_revision=row[21],
         blocks=blocks,
+        message_ids=window,
+    )
+
+
+def _message(row: Sequence[Any], counter: str | None = None) -> Message:
+    return Message(
+        id=row[0],
+        agent_id=row[1],
+        role=Role(row[2]),
+        content=row[3],
+        tool_calls=calls_from_json(row[4]),
+        tool_call_id=row[5],
+        name=row[6],
+        step_id=row[7],
+        created_at=row[8],
+        tokens=row[9] if counter is None or row[11] == counter else -1,
     )
 
 
@@ -144,16 +136,22 @@ def _tag_filter(
     return f" AND id IN (SELECT {key} FROM {table} WHERE tag IN ({marks}))", list(tags)
 
 
+def _chunks(items: Sequence[str]) -> Iterator[Sequence[str]]:
+    for start in range(0, len(items), _CHUNK):
+        yield items[start : start + _CHUNK]
+
+
 class _Reader:
     """Queries over one connection."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._c = conn
 
+    # --- agents and blocks ---------------------------------------------------------------
+
     def _blocks_of(self, agent_ids: Sequence[str]) -> dict[str, list[Block]]:
         result: dict[str, list[Block]] = {agent_id: [] for agent_id in agent_ids}
-        for start in range(0, len(agent_ids), _CHUNK):
-            chunk = agent_ids[start : start + _CHUNK]
+        for chunk in _chunks(agent_ids):
             marks = ",".join("?" * len(chunk))
             rows = self._c.execute(
                 f"SELECT ab.agent_id, {_BLOCK_COLUMNS} FROM agent_blocks ab"
@@ -165,6 +163,18 @@ class _Reader:
                 result[row[0]].append(_block(row[1:]))
         return result
 
+    def _windows_of(self, agent_ids: Sequence[str]) -> dict[str, list[str]]:
+        result: dict[str, list[str]] = {agent_id: [] for agent_id in agent_ids}
+        for chunk in _chunks(agent_ids):
+            marks = ",".join("?" * len(chunk))
+            for agent_id, message_id in self._c.execute(
+                f"SELECT agent_id, message_id FROM context_window WHERE agent_id IN ({marks})"
+                " ORDER BY agent_id, position",
+                chunk,
+            ):
+                result[agent_id].append(message_id)
+        return result
+
     def get_agent(self, tenant: str, agent_id: str) -> Agent | None:
         """The agent with its blocks in render order, or None."""
         agents = self.load_agents(tenant, [agent_id])
@@ -173,8 +183,7 @@ class _Reader:
     def load_agents(self, tenant: str, agent_ids: Sequence[str]) -> list[Agent]:
         """Agents with their blocks, in the order of `agent_ids`."""
         rows: dict[str, Sequence[Any]] = {}
-        for start in range(0, len(agent_ids), _CHUNK):
-            chunk = agent_ids[start : start + _CHUNK]
+        for chunk in _chunks(agent_ids):
             marks = ",".join("?" * len(chunk))
             for row in self._c.execute(
                 f"SELECT {_AGENT_COLUMNS} FROM agents WHERE tenant = ? AND id IN ({marks})",
@@ -183,7 +192,8 @@ class _Reader:
                 rows[row[0]] = row
         found = [agent_id for agent_id in agent_ids if agent_id in rows]
         blocks = self._blocks_of(found)
-        return [_agent(rows[agent_id], blocks[agent_id]) for agent_id in found]
+        windows = self._windows_of(found)
+        return [_agent(rows[a], blocks[a], windows[a]) for a in found]
 
     def list_agents(
         self,
@@ -205,8 +215,10 @@ class _Reader:
             " ORDER BY rowkey LIMIT ?",
             [tenant, after, *params, limit],
         ).fetchall()
-        blocks = self._blocks_of([row[0] for row in rows])
-        return [(row[18], _agent(row, blocks[row[0]])) for row in rows]
+        ids = [row[0] for row in rows]
+        blocks = self._blocks_of(ids)
+        windows = self._windows_of(ids)
+        return [(row[_AGENT_ROWKEY], _agent(row, blocks[row[0]], windows[row[0]])) for row in rows]
 
     def get_block(self, tenant: str, block_id: str) -> Block | None:
         """The block, or None."""
@@ -242,17 +254,18 @@ class _Reader:
         """The compile cache's keys and entry for one agent, in one read."""
         row = self._c.execute(
             "SELECT a.system_hash, a.memory_revision, a.memory_update_mode, a.context_window,"
-            " a.tools_tokens, a.tools_counter, p.system_prompt, p.compiled_memory, p.raw_hash,"
-            " p.memory_revision, p.prompt_hash, p.system_tokens, p.memory_tokens, p.counter,"
-            " p.built_at FROM agents a LEFT JOIN agent_prompts p ON p.agent_id = a.id"
+            " a.tools_tokens, a.tools_counter, a.context_version, a.delivered_revision,"
+            " a.tools_json, p.system_prompt, p.compiled_memory, p.raw_hash, p.memory_revision,"
+            " p.prompt_hash, p.system_tokens, p.memory_tokens, p.counter, p.built_at"
+            " FROM agents a LEFT JOIN agent_prompts p ON p.agent_id = a.id"
             " WHERE a.tenant = ? AND a.id = ?",
             (tenant, agent_id),
         ).fetchone()
         if row is None:
             return None
         prompt = None
-        if row[6] is not None:
-            prompt = StoredPrompt(agent_id, *row[6:15])
+        if row[9] is not None:
+            prompt = StoredPrompt(agent_id, *row[9:18])
         return PromptState(
             agent_id=agent_id,
             system_hash=row[0],
@@ -262,6 +275,9 @@ class _Reader:
             tools_tokens=row[4],
             tools_counter=row[5],
             prompt=prompt,
+            context_version=row[6],
+            delivered_revision=row[7],
+            tools_json=row[8],
         )
 
     def agent_ids_with_block(self, tenant: str, block_id: str) -> list[str]:
@@ -273,6 +289,94 @@ class _Reader:
         ).fetchall()
         return [row[0] for row in rows]
 
+    # --- messages ------------------------------------------------------------------------
+
+    def window(self, tenant: str, agent_id: str, counter: str) -> list[Message]:
+        """The in-context messages in order; the system message carries the stored prompt.
+
+        A message counted by another tokenizer than `counter` comes back with tokens = -1.
+        """
+        rows = self._c.execute(
+            f"SELECT {_MESSAGE_COLUMNS} FROM context_window w"
+            " JOIN messages m ON m.id = w.message_id"
+            " LEFT JOIN agent_prompts p ON p.agent_id = m.agent_id"
+            " WHERE w.agent_id = ? AND m.tenant = ? ORDER BY w.position",
+            (agent_id, tenant),
+        ).fetchall()
+        return [_message(row, counter) for row in rows]
+
+    def get_messages(self, tenant: str, message_ids: Sequence[str]) -> list[Message]:
+        """Messages by id, in the order given (unknown ids skipped)."""
+        found: dict[str, Message] = {}
+        for chunk in _chunks(message_ids):
+            marks = ",".join("?" * len(chunk))
+            for row in self._c.execute(
+                f"SELECT {_MESSAGE_COLUMNS} FROM {_MESSAGE_FROM}"
+                f" WHERE m.tenant = ? AND m.id IN ({marks})",
+                [tenant, *chunk],
+            ):
+                found[row[0]] = _message(row)
+        return [found[m] for m in message_ids if m in found]
+
+    def list_messages(
+        self,
+        tenant: str,
+        agent_id: str,
+        *,
+        after: int,
+        limit: int,
+        roles: Sequence[str],
+        start: float | None,
+        end: float | None,
+        newest_first: bool,
+    ) -> list[tuple[int, Message]]:
+        """A page of an agent's history; `after` is the last row key seen (0 to start)."""
+        where = ["m.agent_id = ?", "m.tenant = ?"]
+        params: list[Any] = [agent_id, tenant]
+        if after:
+            where.append("m.rowkey < ?" if newest_first else "m.rowkey > ?")
+            params.append(after)
+        if roles:
+            where.append(f"m.role IN ({','.join('?' * len(roles))})")
+            params.extend(roles)
+        if start is not None:
+            where.append("m.created_at >= ?")
+            params.append(start)
+        if end is not None:
+            where.append("m.created_at < ?")
+            params.append(end)
+        order = "DESC" if newest_first else "ASC"
+        rows = self._c.execute(
+            f"SELECT {_MESSAGE_COLUMNS} FROM {_MESSAGE_FROM} WHERE {' AND '.join(where)}"
+            f" ORDER BY m.rowkey {order} LIMIT ?",
+            [*params, limit],
+        ).fetchall()
+        return [(row[10], _message(row)) for row in rows]
+
+    def get_step(self, agent_id: str, step_id: str) -> StepRecord | None:
+        """A committed step, or None."""
+        row = self._c.execute(
+            "SELECT request_hash, message_ids, context_version, created_at FROM steps"
+            " WHERE agent_id = ? AND step_id = ?",
+            (agent_id, step_id),
+        ).fetchone()
+        if row is None:
+            return None
+        return StepRecord(agent_id, step_id, row[0], tuple(json.loads(row[1])), row[2], row[3])
+
+    def get_plan(self, tenant: str, plan_id: str) -> CompactionPlan | None:
+        """A compaction plan, or None."""
+        row = self._c.execute(
+            "SELECT agent_id, base_context_version, message_ids, created_at, applied_at"
+            " FROM compaction_plans WHERE plan_id = ? AND tenant = ?",
+            (plan_id, tenant),
+        ).fetchone()
+        if row is None:
+            return None
+        return CompactionPlan(
+            plan_id, tenant, row[0], row[1], tuple(json.loads(row[2])), row[3], row[4]
+        )
+
 
 class _Tx(_Reader):
     """Writes on the writer connection inside BEGIN IMMEDIATE ... COMMIT."""
@@ -280,6 +384,15 @@ class _Tx(_Reader):
     def __init__(self, conn: sqlite3.Connection) -> None:
         super().__init__(conn)
         self.events: list[AgentEvent] = []
+
+    # --- blocks --------------------------------------------------------------------------
+
+    def _set_block_tags(self, block: Block) -> None:
+        self._c.execute("DELETE FROM block_tags WHERE block_id = ?", (block.id,))
+        self._c.executemany(
+            "INSERT INTO block_tags (block_id, tag) VALUES (?, ?)",
+            [(block.id, tag) for tag in set(block.tags)],
+        )
 
     def insert_block(self, block: Block) -> None:
         """Stores a new block."""
@@ -303,10 +416,7 @@ class _Tx(_Reader):
                 block.updated_at,
             ),
         )
-        self._c.executemany(
-            "INSERT INTO block_tags (block_id, tag) VALUES (?, ?)",
-            [(block.id, tag) for tag in set(block.tags)],
-        )
+        self._set_block_tags(block)
 
     def update_block(self, block: Block) -> None:
         """Overwrites a block's fields."""
@@ -329,20 +439,17 @@ class _Tx(_Reader):
                 block.tenant,
             ),
         )
-        self._c.execute("DELETE FROM block_tags WHERE block_id = ?", (block.id,))
-        self._c.executemany(
-            "INSERT INTO block_tags (block_id, tag) VALUES (?, ?)",
-            [(block.id, tag) for tag in set(block.tags)],
-        )
+        self._set_block_tags(block)
 
     def delete_block(self, tenant: str, block_id: str) -> None:
         """Deletes a block and its attachments."""
         self._c.execute("DELETE FROM agent_blocks WHERE block_id = ?", (block_id,))
         self._c.execute("DELETE FROM blocks WHERE id = ? AND tenant = ?", (block_id, tenant))
 
-    def _agent_values(self, agent: Agent, tools_tokens: int, tools_counter: str) -> dict[str, Any]:
-        from state_service.compile import sha256_hex
+    # --- agents --------------------------------------------------------------------------
 
+    @staticmethod
+    def _agent_values(agent: Agent, tools: ToolsPayload) -> dict[str, Any]:
         return {
             "id": agent.id,
             "tenant": agent.tenant,
@@ -352,8 +459,9 @@ class _Tx(_Reader):
             "model": agent.model,
             "context_window": agent.context_window,
             "tools": tools_to_json(agent.tools),
-            "tools_tokens": tools_tokens,
-            "tools_counter": tools_counter,
+            "tools_json": tools.json,
+            "tools_tokens": tools.tokens,
+            "tools_counter": tools.counter,
             "tool_rules": rules_to_json(agent.tool_rules),
             "tags": json.dumps(agent.tags),
             "metadata": json.dumps(agent.metadata),
@@ -365,6 +473,10 @@ class _Tx(_Reader):
             "version": agent.version,
             "created_at": agent.created_at,
             "updated_at": agent.updated_at,
+            "system_message_id": agent.system_message_id,
+            "message_count": agent.message_count,
+            "archival_count": agent.archival_count,
+            "delivered_revision": agent.delivered_revision,
         }
 
     def _set_agent_tags(self, agent: Agent) -> None:
@@ -374,17 +486,17 @@ class _Tx(_Reader):
             [(agent.id, tag) for tag in set(agent.tags)],
         )
 
-    def insert_agent(self, agent: Agent, tools_tokens: int, tools_counter: str) -> None:
-        """Stores a new agent (not its block attachments)."""
-        values = self._agent_values(agent, tools_tokens, tools_counter)
+    def insert_agent(self, agent: Agent, tools: ToolsPayload) -> None:
+        """Stores a new agent (not its block attachments or window)."""
+        values = self._agent_values(agent, tools)
         columns = ", ".join(values)
         marks = ", ".join(f":{name}" for name in values)
         self._c.execute(f"INSERT INTO agents ({columns}) VALUES ({marks})", values)
         self._set_agent_tags(agent)
 
-    def update_agent(self, agent: Agent, tools_tokens: int, tools_counter: str) -> None:
+    def update_agent(self, agent: Agent, tools: ToolsPayload) -> None:
         """Overwrites an agent's own fields."""
-        values = self._agent_values(agent, tools_tokens, tools_counter)
+        values = self._agent_values(agent, tools)
         assignments = ", ".join(
             f"{name} = :{name}" for name in values if name not in ("id", "tenant", "created_at")
         )
@@ -394,7 +506,7 @@ class _Tx(_Reader):
         self._set_agent_tags(agent)
 
     def delete_agent(self, tenant: str, agent_id: str) -> None:
-        """Deletes an agent, its attachments and its stored prompt."""
+        """Deletes an agent with its attachments, prompt, window and history."""
         self._c.execute("DELETE FROM agents WHERE id = ? AND tenant = ?", (agent_id, tenant))
 
     def set_agent_blocks(self, agent_id: str, block_ids: Sequence[str]) -> None:
@@ -410,8 +522,7 @@ class _Tx(_Reader):
     ) -> None:
         """Increments memory_revision (and optionally version) of many agents at once."""
         version = ", version = version + 1, updated_at = ?" if bump_version else ""
-        for start in range(0, len(agent_ids), _CHUNK):
-            chunk = agent_ids[start : start + _CHUNK]
+        for chunk in _chunks(agent_ids):
             marks = ",".join("?" * len(chunk))
             params: list[Any] = [now] + ([now] if bump_version else []) + [tenant, *chunk]
             self._c.execute(
@@ -419,6 +530,29 @@ class _Tx(_Reader):
                 f" memory_updated_at = ?{version} WHERE tenant = ? AND id IN ({marks})",
                 params,
             )
+
+    def set_context(
+        self,
+        tenant: str,
+        agent_id: str,
+        *,
+        context_version: int,
+        message_count: int,
+        delivered_revision: int,
+    ) -> None:
+        """Records a new window version and history size."""
+        self._c.execute(
+            "UPDATE agents SET context_version = ?, message_count = ?, delivered_revision = ?"
+            " WHERE id = ? AND tenant = ?",
+            (context_version, message_count, delivered_revision, agent_id, tenant),
+        )
+
+    def add_archival(self, tenant: str, agent_id: str, count: int) -> None:
+        """Counts archival records written for the agent."""
+        self._c.execute(
+            "UPDATE agents SET archival_count = archival_count + ? WHERE id = ? AND tenant = ?",
+            (count, agent_id, tenant),
+        )
 
     def save_prompts(self, prompts: Sequence[StoredPrompt]) -> None:
         """Stores compiled prompts, replacing earlier ones."""
@@ -441,6 +575,81 @@ class _Tx(_Reader):
                 )
                 for p in prompts
             ],
+        )
+
+    # --- messages ------------------------------------------------------------------------
+
+    def insert_messages(self, tenant: str, messages: Sequence[Message], counter: str) -> None:
+        """Appends messages to history."""
+        self._c.executemany(
+            "INSERT INTO messages (id, tenant, agent_id, role, content, tool_calls,"
+            " tool_call_id, name, step_id, tokens, counter, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (
+                    m.id,
+                    tenant,
+                    m.agent_id,
+                    m.role.value,
+                    m.content,
+                    calls_to_json(m.tool_calls),
+                    m.tool_call_id,
+                    m.name,
+                    m.step_id,
+                    m.tokens,
+                    counter,
+                    m.created_at,
+                )
+                for m in messages
+            ],
+        )
+
+    def append_window(self, agent_id: str, start: int, message_ids: Sequence[str]) -> None:
+        """Adds messages at positions start, start+1, ... of the window."""
+        self._c.executemany(
+            "INSERT INTO context_window (agent_id, position, message_id) VALUES (?, ?, ?)",
+            [(agent_id, start + i, m) for i, m in enumerate(message_ids)],
+        )
+
+    def set_window(self, agent_id: str, message_ids: Sequence[str]) -> None:
+        """Replaces the whole window."""
+        self._c.execute("DELETE FROM context_window WHERE agent_id = ?", (agent_id,))
+        self.append_window(agent_id, 0, message_ids)
+
+    def insert_step(self, step: StepRecord) -> None:
+        """Records a committed step."""
+        self._c.execute(
+            "INSERT INTO steps (agent_id, step_id, request_hash, message_ids, context_version,"
+            " created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                step.agent_id,
+                step.step_id,
+                step.request_hash,
+                json.dumps(list(step.message_ids)),
+                step.context_version,
+                step.created_at,
+            ),
+        )
+
+    def insert_plan(self, plan: CompactionPlan) -> None:
+        """Stores a compaction plan."""
+        self._c.execute(
+            "INSERT INTO compaction_plans (plan_id, tenant, agent_id, base_context_version,"
+            " message_ids, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                plan.plan_id,
+                plan.tenant,
+                plan.agent_id,
+                plan.base_context_version,
+                json.dumps(list(plan.message_ids)),
+                plan.created_at,
+            ),
+        )
+
+    def mark_plan_applied(self, plan_id: str, now: float) -> None:
+        """Marks a plan applied."""
+        self._c.execute(
+            "UPDATE compaction_plans SET applied_at = ? WHERE plan_id = ?", (now, plan_id)
         )
 
     def emit(self, events: Sequence[AgentEvent]) -> None:

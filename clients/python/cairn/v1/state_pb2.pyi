@@ -3,6 +3,7 @@
 isort:skip_file
 """
 
+from cairn.v1 import common_pb2 as _common_pb2
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import field_mask_pb2 as _field_mask_pb2
@@ -161,6 +162,10 @@ class _EventTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_EventType.V
     """A block was attached, detached or reordered."""
     EVENT_TYPE_AGENT_UPDATED: _EventType.ValueType  # 5
     """The agent's own fields changed."""
+    EVENT_TYPE_MESSAGES_CHECKPOINTED: _EventType.ValueType  # 6
+    """A step's messages were committed to the window."""
+    EVENT_TYPE_COMPACTION_APPLIED: _EventType.ValueType  # 7
+    """A compaction replaced messages with a summary."""
 
 class EventType(_EventType, metaclass=_EventTypeEnumTypeWrapper):
     """EventType is what happened to a watched agent."""
@@ -176,7 +181,69 @@ EVENT_TYPE_BLOCKS_CHANGED: EventType.ValueType  # 4
 """A block was attached, detached or reordered."""
 EVENT_TYPE_AGENT_UPDATED: EventType.ValueType  # 5
 """The agent's own fields changed."""
+EVENT_TYPE_MESSAGES_CHECKPOINTED: EventType.ValueType  # 6
+"""A step's messages were committed to the window."""
+EVENT_TYPE_COMPACTION_APPLIED: EventType.ValueType  # 7
+"""A compaction replaced messages with a summary."""
 Global___EventType: _TypeAlias = EventType  # noqa: Y015
+
+class _MemoryToolError:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _MemoryToolErrorEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_MemoryToolError.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    MEMORY_TOOL_ERROR_UNSPECIFIED: _MemoryToolError.ValueType  # 0
+    MEMORY_TOOL_ERROR_INVALID_ARGUMENTS: _MemoryToolError.ValueType  # 1
+    """The arguments are not a JSON object, miss a field, or have a field of the wrong type."""
+    MEMORY_TOOL_ERROR_UNKNOWN_TOOL: _MemoryToolError.ValueType  # 2
+    """No memory tool has this name."""
+    MEMORY_TOOL_ERROR_UNKNOWN_LABEL: _MemoryToolError.ValueType  # 3
+    """The agent has no block with this label."""
+    MEMORY_TOOL_ERROR_READ_ONLY: _MemoryToolError.ValueType  # 4
+    """The block is read-only."""
+    MEMORY_TOOL_ERROR_TEXT_NOT_FOUND: _MemoryToolError.ValueType  # 5
+    """The text to replace does not occur in the block."""
+    MEMORY_TOOL_ERROR_AMBIGUOUS: _MemoryToolError.ValueType  # 6
+    """The text to replace occurs more than once."""
+    MEMORY_TOOL_ERROR_LINE_NUMBER_PREFIX: _MemoryToolError.ValueType  # 7
+    """An argument carries line-number prefixes such as `3→ `."""
+    MEMORY_TOOL_ERROR_INSERT_LINE_OUT_OF_RANGE: _MemoryToolError.ValueType  # 8
+    """`insert_line` is outside the block's lines."""
+    MEMORY_TOOL_ERROR_LIMIT_EXCEEDED: _MemoryToolError.ValueType  # 9
+    """The edit would make the value longer than the block's limit."""
+    MEMORY_TOOL_ERROR_RECALL_NOT_CONFIGURED: _MemoryToolError.ValueType  # 10
+    """The tool needs the recall service, which this server is not configured with."""
+    MEMORY_TOOL_ERROR_RECALL_FAILED: _MemoryToolError.ValueType  # 11
+    """The recall service could not be reached or refused the call."""
+
+class MemoryToolError(_MemoryToolError, metaclass=_MemoryToolErrorEnumTypeWrapper):
+    """MemoryToolError says why a memory tool call was refused."""
+
+MEMORY_TOOL_ERROR_UNSPECIFIED: MemoryToolError.ValueType  # 0
+MEMORY_TOOL_ERROR_INVALID_ARGUMENTS: MemoryToolError.ValueType  # 1
+"""The arguments are not a JSON object, miss a field, or have a field of the wrong type."""
+MEMORY_TOOL_ERROR_UNKNOWN_TOOL: MemoryToolError.ValueType  # 2
+"""No memory tool has this name."""
+MEMORY_TOOL_ERROR_UNKNOWN_LABEL: MemoryToolError.ValueType  # 3
+"""The agent has no block with this label."""
+MEMORY_TOOL_ERROR_READ_ONLY: MemoryToolError.ValueType  # 4
+"""The block is read-only."""
+MEMORY_TOOL_ERROR_TEXT_NOT_FOUND: MemoryToolError.ValueType  # 5
+"""The text to replace does not occur in the block."""
+MEMORY_TOOL_ERROR_AMBIGUOUS: MemoryToolError.ValueType  # 6
+"""The text to replace occurs more than once."""
+MEMORY_TOOL_ERROR_LINE_NUMBER_PREFIX: MemoryToolError.ValueType  # 7
+"""An argument carries line-number prefixes such as `3→ `."""
+MEMORY_TOOL_ERROR_INSERT_LINE_OUT_OF_RANGE: MemoryToolError.ValueType  # 8
+"""`insert_line` is outside the block's lines."""
+MEMORY_TOOL_ERROR_LIMIT_EXCEEDED: MemoryToolError.ValueType  # 9
+"""The edit would make the value longer than the block's limit."""
+MEMORY_TOOL_ERROR_RECALL_NOT_CONFIGURED: MemoryToolError.ValueType  # 10
+"""The tool needs the recall service, which this server is not configured with."""
+MEMORY_TOOL_ERROR_RECALL_FAILED: MemoryToolError.ValueType  # 11
+"""The recall service could not be reached or refused the call."""
+Global___MemoryToolError: _TypeAlias = MemoryToolError  # noqa: Y015
 
 @_typing.final
 class Block(_message.Message):
@@ -1186,6 +1253,9 @@ class CompileContextResponse(_message.Message):
     CACHE_HIT_FIELD_NUMBER: _builtins.int
     MEMORY_UPDATE_FIELD_NUMBER: _builtins.int
     STATUS_FIELD_NUMBER: _builtins.int
+    MESSAGES_FIELD_NUMBER: _builtins.int
+    TOOLS_JSON_FIELD_NUMBER: _builtins.int
+    CONTEXT_VERSION_FIELD_NUMBER: _builtins.int
     system_prompt: _builtins.str
     """The system message for the model."""
     compiled_memory: _builtins.str
@@ -1199,8 +1269,18 @@ class CompileContextResponse(_message.Message):
     memory_update: _builtins.str
     """With MEMORY_UPDATE_MODE_MESSAGE after a memory change: the fresh memory for this turn."""
     status: Global___ContextStatus.ValueType
+    tools_json: _builtins.str
+    """The tool schemas as an OpenAI-style `tools` JSON array: the agent's tools, then the
+    memory tools.
+    """
+    context_version: _builtins.int
+    """The window version; pass it to CommitStep as `base_context_version`."""
     @_builtins.property
     def tokens(self) -> Global___TokenAccount: ...
+    @_builtins.property
+    def messages(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Message]:
+        """The in-context messages after the system message, in order."""
+
     def __init__(
         self,
         *,
@@ -1212,10 +1292,13 @@ class CompileContextResponse(_message.Message):
         cache_hit: _builtins.bool = ...,
         memory_update: _builtins.str = ...,
         status: Global___ContextStatus.ValueType = ...,
+        messages: _abc.Iterable[_common_pb2.Message] | None = ...,
+        tools_json: _builtins.str = ...,
+        context_version: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["tokens", b"tokens"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_hit", b"cache_hit", "compiled_memory", b"compiled_memory", "memory_revision", b"memory_revision", "memory_update", b"memory_update", "prompt_hash", b"prompt_hash", "status", b"status", "system_prompt", b"system_prompt", "tokens", b"tokens"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_hit", b"cache_hit", "compiled_memory", b"compiled_memory", "context_version", b"context_version", "memory_revision", b"memory_revision", "memory_update", b"memory_update", "messages", b"messages", "prompt_hash", b"prompt_hash", "status", b"status", "system_prompt", b"system_prompt", "tokens", b"tokens", "tools_json", b"tools_json"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1252,6 +1335,7 @@ class WatchAgentResponse(_message.Message):
     PROMPT_HASH_FIELD_NUMBER: _builtins.int
     TIME_FIELD_NUMBER: _builtins.int
     AGENT_VERSION_FIELD_NUMBER: _builtins.int
+    STEP_ID_FIELD_NUMBER: _builtins.int
     type: Global___EventType.ValueType
     agent_id: _builtins.str
     block_id: _builtins.str
@@ -1262,6 +1346,8 @@ class WatchAgentResponse(_message.Message):
     """For PROMPT_REBUILT: SHA-256 (hex) of the new system prompt."""
     agent_version: _builtins.int
     """The agent version after the event."""
+    step_id: _builtins.str
+    """For MESSAGES_CHECKPOINTED: the step committed."""
     @_builtins.property
     def time(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
@@ -1275,11 +1361,440 @@ class WatchAgentResponse(_message.Message):
         prompt_hash: _builtins.str = ...,
         time: _timestamp_pb2.Timestamp | None = ...,
         agent_version: _builtins.int = ...,
+        step_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["time", b"time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "agent_version", b"agent_version", "block_id", b"block_id", "context_version", b"context_version", "memory_revision", b"memory_revision", "prompt_hash", b"prompt_hash", "time", b"time", "type", b"type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "agent_version", b"agent_version", "block_id", b"block_id", "context_version", b"context_version", "memory_revision", b"memory_revision", "prompt_hash", b"prompt_hash", "step_id", b"step_id", "time", b"time", "type", b"type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___WatchAgentResponse: _TypeAlias = WatchAgentResponse  # noqa: Y015
+
+@_typing.final
+class CommitStepRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    STEP_ID_FIELD_NUMBER: _builtins.int
+    BASE_CONTEXT_VERSION_FIELD_NUMBER: _builtins.int
+    MESSAGES_FIELD_NUMBER: _builtins.int
+    ACKNOWLEDGED_MEMORY_REVISION_FIELD_NUMBER: _builtins.int
+    agent_id: _builtins.str
+    step_id: _builtins.str
+    """The client's key for this step (1–128 characters); a retry with the same key returns
+    the first result.
+    """
+    base_context_version: _builtins.int
+    """The `context_version` the step was computed from (from CompileContext)."""
+    acknowledged_memory_revision: _builtins.str
+    """In MESSAGE mode: the memory revision whose `memory_update` this step showed the model.
+    CompileContext stops returning that update once it is acknowledged here.
+    """
+    @_builtins.property
+    def messages(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Message]:
+        """The step's messages in order: user, assistant and tool messages (ids, agent_id,
+        step_id and created_at are assigned by the server).
+        """
+
+    def __init__(
+        self,
+        *,
+        agent_id: _builtins.str = ...,
+        step_id: _builtins.str = ...,
+        base_context_version: _builtins.int = ...,
+        messages: _abc.Iterable[_common_pb2.Message] | None = ...,
+        acknowledged_memory_revision: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acknowledged_memory_revision", b"acknowledged_memory_revision", "agent_id", b"agent_id", "base_context_version", b"base_context_version", "messages", b"messages", "step_id", b"step_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CommitStepRequest: _TypeAlias = CommitStepRequest  # noqa: Y015
+
+@_typing.final
+class CommitStepResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MESSAGES_FIELD_NUMBER: _builtins.int
+    CONTEXT_VERSION_FIELD_NUMBER: _builtins.int
+    REPLAYED_FIELD_NUMBER: _builtins.int
+    context_version: _builtins.int
+    """The window version after the step."""
+    replayed: _builtins.bool
+    """True when this call was a retry of an already committed step."""
+    @_builtins.property
+    def messages(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Message]:
+        """The committed messages with their ids."""
+
+    def __init__(
+        self,
+        *,
+        messages: _abc.Iterable[_common_pb2.Message] | None = ...,
+        context_version: _builtins.int = ...,
+        replayed: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["context_version", b"context_version", "messages", b"messages", "replayed", b"replayed"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CommitStepResponse: _TypeAlias = CommitStepResponse  # noqa: Y015
+
+@_typing.final
+class ListMessagesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    ROLES_FIELD_NUMBER: _builtins.int
+    TIME_RANGE_FIELD_NUMBER: _builtins.int
+    NEWEST_FIRST_FIELD_NUMBER: _builtins.int
+    agent_id: _builtins.str
+    page_size: _builtins.int
+    page_token: _builtins.str
+    newest_first: _builtins.bool
+    @_builtins.property
+    def roles(self) -> _containers.RepeatedScalarFieldContainer[_common_pb2.MessageRole.ValueType]:
+        """Only these roles (any role when empty)."""
+
+    @_builtins.property
+    def time_range(self) -> _common_pb2.TimeRange:
+        """Only messages committed within this range."""
+
+    def __init__(
+        self,
+        *,
+        agent_id: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+        roles: _abc.Iterable[_common_pb2.MessageRole.ValueType] | None = ...,
+        time_range: _common_pb2.TimeRange | None = ...,
+        newest_first: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["time_range", b"time_range"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "newest_first", b"newest_first", "page_size", b"page_size", "page_token", b"page_token", "roles", b"roles", "time_range", b"time_range"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListMessagesRequest: _TypeAlias = ListMessagesRequest  # noqa: Y015
+
+@_typing.final
+class ListMessagesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MESSAGES_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    @_builtins.property
+    def messages(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Message]: ...
+    def __init__(
+        self,
+        *,
+        messages: _abc.Iterable[_common_pb2.Message] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["messages", b"messages", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListMessagesResponse: _TypeAlias = ListMessagesResponse  # noqa: Y015
+
+@_typing.final
+class ExecuteMemoryToolRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    TOOL_NAME_FIELD_NUMBER: _builtins.int
+    ARGUMENTS_JSON_FIELD_NUMBER: _builtins.int
+    agent_id: _builtins.str
+    tool_name: _builtins.str
+    arguments_json: _builtins.str
+    """The arguments exactly as the model produced them."""
+    def __init__(
+        self,
+        *,
+        agent_id: _builtins.str = ...,
+        tool_name: _builtins.str = ...,
+        arguments_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "arguments_json", b"arguments_json", "tool_name", b"tool_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExecuteMemoryToolRequest: _TypeAlias = ExecuteMemoryToolRequest  # noqa: Y015
+
+@_typing.final
+class ExecuteMemoryToolResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULT_FIELD_NUMBER: _builtins.int
+    OK_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    BLOCK_FIELD_NUMBER: _builtins.int
+    REBUILT_AGENT_IDS_FIELD_NUMBER: _builtins.int
+    MEMORY_REVISION_FIELD_NUMBER: _builtins.int
+    result: _builtins.str
+    """The text to give the model as the tool's result."""
+    ok: _builtins.bool
+    """False when the call was refused; nothing changed then."""
+    error: Global___MemoryToolError.ValueType
+    memory_revision: _builtins.str
+    """The agent's memory revision after the call."""
+    @_builtins.property
+    def block(self) -> Global___Block:
+        """The edited block, when a block was edited."""
+
+    @_builtins.property
+    def rebuilt_agent_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Agents whose prompt was rebuilt by the edit."""
+
+    def __init__(
+        self,
+        *,
+        result: _builtins.str = ...,
+        ok: _builtins.bool = ...,
+        error: Global___MemoryToolError.ValueType = ...,
+        block: Global___Block | None = ...,
+        rebuilt_agent_ids: _abc.Iterable[_builtins.str] | None = ...,
+        memory_revision: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["block", b"block"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["block", b"block", "error", b"error", "memory_revision", b"memory_revision", "ok", b"ok", "rebuilt_agent_ids", b"rebuilt_agent_ids", "result", b"result"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExecuteMemoryToolResponse: _TypeAlias = ExecuteMemoryToolResponse  # noqa: Y015
+
+@_typing.final
+class PlanCompactionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    TARGET_SHARE_FIELD_NUMBER: _builtins.int
+    agent_id: _builtins.str
+    target_share: _builtins.float
+    """The share of the window to fall below; unset means the server default (0.5)."""
+    def __init__(
+        self,
+        *,
+        agent_id: _builtins.str = ...,
+        target_share: _builtins.float | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_target_share", b"_target_share", "target_share", b"target_share"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_target_share", b"_target_share", "agent_id", b"agent_id", "target_share", b"target_share"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__target_share: _TypeAlias = _typing.Literal["target_share"]  # noqa: Y015
+    _WhichOneofArgType__target_share: _TypeAlias = _typing.Literal["_target_share", b"_target_share"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__target_share) -> _WhichOneofReturnType__target_share | None: ...
+
+Global___PlanCompactionRequest: _TypeAlias = PlanCompactionRequest  # noqa: Y015
+
+@_typing.final
+class PlanCompactionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PLAN_ID_FIELD_NUMBER: _builtins.int
+    MESSAGES_FIELD_NUMBER: _builtins.int
+    BASE_CONTEXT_VERSION_FIELD_NUMBER: _builtins.int
+    TOKENS_BEFORE_FIELD_NUMBER: _builtins.int
+    TOKENS_AFTER_FIELD_NUMBER: _builtins.int
+    plan_id: _builtins.str
+    base_context_version: _builtins.int
+    """The window version the plan is based on."""
+    tokens_before: _builtins.int
+    """Tokens of the context now, and after eviction (before the summary is added)."""
+    tokens_after: _builtins.int
+    @_builtins.property
+    def messages(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Message]:
+        """The messages to summarise, oldest first (they are evicted when the plan is applied)."""
+
+    def __init__(
+        self,
+        *,
+        plan_id: _builtins.str = ...,
+        messages: _abc.Iterable[_common_pb2.Message] | None = ...,
+        base_context_version: _builtins.int = ...,
+        tokens_before: _builtins.int = ...,
+        tokens_after: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["base_context_version", b"base_context_version", "messages", b"messages", "plan_id", b"plan_id", "tokens_after", b"tokens_after", "tokens_before", b"tokens_before"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlanCompactionResponse: _TypeAlias = PlanCompactionResponse  # noqa: Y015
+
+@_typing.final
+class ApplyCompactionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    PLAN_ID_FIELD_NUMBER: _builtins.int
+    SUMMARY_FIELD_NUMBER: _builtins.int
+    agent_id: _builtins.str
+    plan_id: _builtins.str
+    summary: _builtins.str
+    """The summary of the evicted messages, written by any model."""
+    def __init__(
+        self,
+        *,
+        agent_id: _builtins.str = ...,
+        plan_id: _builtins.str = ...,
+        summary: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "plan_id", b"plan_id", "summary", b"summary"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ApplyCompactionRequest: _TypeAlias = ApplyCompactionRequest  # noqa: Y015
+
+@_typing.final
+class ApplyCompactionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SUMMARY_MESSAGE_FIELD_NUMBER: _builtins.int
+    CONTEXT_VERSION_FIELD_NUMBER: _builtins.int
+    TOKENS_FIELD_NUMBER: _builtins.int
+    context_version: _builtins.int
+    @_builtins.property
+    def summary_message(self) -> _common_pb2.Message:
+        """The summary message now at the start of the window (after the system message)."""
+
+    @_builtins.property
+    def tokens(self) -> Global___TokenAccount: ...
+    def __init__(
+        self,
+        *,
+        summary_message: _common_pb2.Message | None = ...,
+        context_version: _builtins.int = ...,
+        tokens: Global___TokenAccount | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["summary_message", b"summary_message", "tokens", b"tokens"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["context_version", b"context_version", "summary_message", b"summary_message", "tokens", b"tokens"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ApplyCompactionResponse: _TypeAlias = ApplyCompactionResponse  # noqa: Y015
+
+@_typing.final
+class ExportAgentRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_IDS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def agent_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        agent_ids: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_ids", b"agent_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExportAgentRequest: _TypeAlias = ExportAgentRequest  # noqa: Y015
+
+@_typing.final
+class ExportAgentResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_FILE_JSON_FIELD_NUMBER: _builtins.int
+    agent_file_json: _builtins.str
+    """The agent file (JSON, format `cairn.agent-file`, version 1; see docs/agent-file.md)."""
+    def __init__(
+        self,
+        *,
+        agent_file_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_file_json", b"agent_file_json"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExportAgentResponse: _TypeAlias = ExportAgentResponse  # noqa: Y015
+
+@_typing.final
+class ImportAgentRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_FILE_JSON_FIELD_NUMBER: _builtins.int
+    agent_file_json: _builtins.str
+    def __init__(
+        self,
+        *,
+        agent_file_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_file_json", b"agent_file_json"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ImportAgentRequest: _TypeAlias = ImportAgentRequest  # noqa: Y015
+
+@_typing.final
+class ImportAgentResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class IdMapEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    AGENTS_FIELD_NUMBER: _builtins.int
+    ID_MAP_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def agents(self) -> _containers.RepeatedCompositeFieldContainer[Global___Agent]:
+        """The imported agents, in file order."""
+
+    @_builtins.property
+    def id_map(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Old id -> new id, for agents, blocks and messages."""
+
+    def __init__(
+        self,
+        *,
+        agents: _abc.Iterable[Global___Agent] | None = ...,
+        id_map: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agents", b"agents", "id_map", b"id_map"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ImportAgentResponse: _TypeAlias = ImportAgentResponse  # noqa: Y015

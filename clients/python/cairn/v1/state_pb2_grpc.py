@@ -118,6 +118,41 @@ class StateServiceStub:
                 request_serializer=cairn_dot_v1_dot_state__pb2.WatchAgentRequest.SerializeToString,
                 response_deserializer=cairn_dot_v1_dot_state__pb2.WatchAgentResponse.FromString,
                 _registered_method=True)
+        self.CommitStep = channel.unary_unary(
+                '/cairn.v1.StateService/CommitStep',
+                request_serializer=cairn_dot_v1_dot_state__pb2.CommitStepRequest.SerializeToString,
+                response_deserializer=cairn_dot_v1_dot_state__pb2.CommitStepResponse.FromString,
+                _registered_method=True)
+        self.ListMessages = channel.unary_unary(
+                '/cairn.v1.StateService/ListMessages',
+                request_serializer=cairn_dot_v1_dot_state__pb2.ListMessagesRequest.SerializeToString,
+                response_deserializer=cairn_dot_v1_dot_state__pb2.ListMessagesResponse.FromString,
+                _registered_method=True)
+        self.ExecuteMemoryTool = channel.unary_unary(
+                '/cairn.v1.StateService/ExecuteMemoryTool',
+                request_serializer=cairn_dot_v1_dot_state__pb2.ExecuteMemoryToolRequest.SerializeToString,
+                response_deserializer=cairn_dot_v1_dot_state__pb2.ExecuteMemoryToolResponse.FromString,
+                _registered_method=True)
+        self.PlanCompaction = channel.unary_unary(
+                '/cairn.v1.StateService/PlanCompaction',
+                request_serializer=cairn_dot_v1_dot_state__pb2.PlanCompactionRequest.SerializeToString,
+                response_deserializer=cairn_dot_v1_dot_state__pb2.PlanCompactionResponse.FromString,
+                _registered_method=True)
+        self.ApplyCompaction = channel.unary_unary(
+                '/cairn.v1.StateService/ApplyCompaction',
+                request_serializer=cairn_dot_v1_dot_state__pb2.ApplyCompactionRequest.SerializeToString,
+                response_deserializer=cairn_dot_v1_dot_state__pb2.ApplyCompactionResponse.FromString,
+                _registered_method=True)
+        self.ExportAgent = channel.unary_unary(
+                '/cairn.v1.StateService/ExportAgent',
+                request_serializer=cairn_dot_v1_dot_state__pb2.ExportAgentRequest.SerializeToString,
+                response_deserializer=cairn_dot_v1_dot_state__pb2.ExportAgentResponse.FromString,
+                _registered_method=True)
+        self.ImportAgent = channel.unary_unary(
+                '/cairn.v1.StateService/ImportAgent',
+                request_serializer=cairn_dot_v1_dot_state__pb2.ImportAgentRequest.SerializeToString,
+                response_deserializer=cairn_dot_v1_dot_state__pb2.ImportAgentResponse.FromString,
+                _registered_method=True)
 
 
 class StateServiceServicer:
@@ -266,9 +301,81 @@ class StateServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def WatchAgent(self, request, context):
-        """Streams the agent's events until the client cancels: block updates and prompt rebuilds.
-        The first message is an EVENT_TYPE_WATCH_STARTED event carrying the current revisions.
+        """Streams the agent's events until the client cancels: block updates, prompt rebuilds,
+        checkpointed messages and applied compactions. The first message is an
+        EVENT_TYPE_WATCH_STARTED event carrying the current revisions.
         NOT_FOUND: no such agent. The stream ends with NOT_FOUND if the agent is deleted.
+        RESOURCE_EXHAUSTED: the watcher fell too far behind; watch again and re-read the agent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CommitStep(self, request, context):
+        """Appends a completed step's messages to the in-context window and to history, all or
+        nothing. A retried `step_id` returns the first result and writes nothing.
+        INVALID_ARGUMENT: empty step_id or messages, a SYSTEM or SUMMARY message, a tool message
+        without tool_call_id, a tool call without id or name, too many or too large messages.
+        NOT_FOUND: no such agent.
+        ABORTED: `base_context_version` is not the agent's current context version.
+        ALREADY_EXISTS: the step_id was committed before with different messages.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListMessages(self, request, context):
+        """Pages through the agent's whole history (in context or not), oldest first unless
+        `newest_first`, filtered by role and time.
+        NOT_FOUND: no such agent. INVALID_ARGUMENT: page_size outside 1–1000, bad page_token.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExecuteMemoryTool(self, request, context):
+        """Runs a memory tool call the model made. The result is the text the model should see;
+        a refusal (`ok = false`) explains itself and changes nothing. An edit to a shared block
+        rebuilds every connected agent, exactly as UpdateBlock does.
+        NOT_FOUND: no such agent. (A bad tool call is not an RPC error: it is a refusal.)
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PlanCompaction(self, request, context):
+        """Picks the oldest in-context messages to evict so that the context falls below
+        `target_share` of the window, cutting only after an assistant message whose tool calls
+        are all answered, never the system message. Returns them for the caller to summarise.
+        NOT_FOUND: no such agent. INVALID_ARGUMENT: target_share outside (0, 1).
+        FAILED_PRECONDITION: the context is already below the target, or no cut point exists.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ApplyCompaction(self, request, context):
+        """Replaces the plan's messages with one summary message, atomically; evicted messages
+        stay in history. The system prompt is rebuilt.
+        NOT_FOUND: no such agent or plan. INVALID_ARGUMENT: empty summary.
+        ABORTED: the window changed since the plan. FAILED_PRECONDITION: plan already applied.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExportAgent(self, request, context):
+        """Exports agents as one JSON agent file: agents, their blocks (a block shared by several
+        exported agents appears once), tools, tool rules and in-context messages. No secrets.
+        NOT_FOUND: an agent id names no agent. INVALID_ARGUMENT: no agent ids.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ImportAgent(self, request, context):
+        """Imports an agent file with fresh ids for every agent, block and message.
+        INVALID_ARGUMENT: not an agent file, an unsupported version, or invalid contents.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -351,6 +458,41 @@ def add_StateServiceServicer_to_server(servicer, server):
                     servicer.WatchAgent,
                     request_deserializer=cairn_dot_v1_dot_state__pb2.WatchAgentRequest.FromString,
                     response_serializer=cairn_dot_v1_dot_state__pb2.WatchAgentResponse.SerializeToString,
+            ),
+            'CommitStep': grpc.unary_unary_rpc_method_handler(
+                    servicer.CommitStep,
+                    request_deserializer=cairn_dot_v1_dot_state__pb2.CommitStepRequest.FromString,
+                    response_serializer=cairn_dot_v1_dot_state__pb2.CommitStepResponse.SerializeToString,
+            ),
+            'ListMessages': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListMessages,
+                    request_deserializer=cairn_dot_v1_dot_state__pb2.ListMessagesRequest.FromString,
+                    response_serializer=cairn_dot_v1_dot_state__pb2.ListMessagesResponse.SerializeToString,
+            ),
+            'ExecuteMemoryTool': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExecuteMemoryTool,
+                    request_deserializer=cairn_dot_v1_dot_state__pb2.ExecuteMemoryToolRequest.FromString,
+                    response_serializer=cairn_dot_v1_dot_state__pb2.ExecuteMemoryToolResponse.SerializeToString,
+            ),
+            'PlanCompaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.PlanCompaction,
+                    request_deserializer=cairn_dot_v1_dot_state__pb2.PlanCompactionRequest.FromString,
+                    response_serializer=cairn_dot_v1_dot_state__pb2.PlanCompactionResponse.SerializeToString,
+            ),
+            'ApplyCompaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.ApplyCompaction,
+                    request_deserializer=cairn_dot_v1_dot_state__pb2.ApplyCompactionRequest.FromString,
+                    response_serializer=cairn_dot_v1_dot_state__pb2.ApplyCompactionResponse.SerializeToString,
+            ),
+            'ExportAgent': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExportAgent,
+                    request_deserializer=cairn_dot_v1_dot_state__pb2.ExportAgentRequest.FromString,
+                    response_serializer=cairn_dot_v1_dot_state__pb2.ExportAgentResponse.SerializeToString,
+            ),
+            'ImportAgent': grpc.unary_unary_rpc_method_handler(
+                    servicer.ImportAgent,
+                    request_deserializer=cairn_dot_v1_dot_state__pb2.ImportAgentRequest.FromString,
+                    response_serializer=cairn_dot_v1_dot_state__pb2.ImportAgentResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -767,6 +909,195 @@ class StateService:
             '/cairn.v1.StateService/WatchAgent',
             cairn_dot_v1_dot_state__pb2.WatchAgentRequest.SerializeToString,
             cairn_dot_v1_dot_state__pb2.WatchAgentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CommitStep(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cairn.v1.StateService/CommitStep',
+            cairn_dot_v1_dot_state__pb2.CommitStepRequest.SerializeToString,
+            cairn_dot_v1_dot_state__pb2.CommitStepResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListMessages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cairn.v1.StateService/ListMessages',
+            cairn_dot_v1_dot_state__pb2.ListMessagesRequest.SerializeToString,
+            cairn_dot_v1_dot_state__pb2.ListMessagesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExecuteMemoryTool(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cairn.v1.StateService/ExecuteMemoryTool',
+            cairn_dot_v1_dot_state__pb2.ExecuteMemoryToolRequest.SerializeToString,
+            cairn_dot_v1_dot_state__pb2.ExecuteMemoryToolResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PlanCompaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cairn.v1.StateService/PlanCompaction',
+            cairn_dot_v1_dot_state__pb2.PlanCompactionRequest.SerializeToString,
+            cairn_dot_v1_dot_state__pb2.PlanCompactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ApplyCompaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cairn.v1.StateService/ApplyCompaction',
+            cairn_dot_v1_dot_state__pb2.ApplyCompactionRequest.SerializeToString,
+            cairn_dot_v1_dot_state__pb2.ApplyCompactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExportAgent(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cairn.v1.StateService/ExportAgent',
+            cairn_dot_v1_dot_state__pb2.ExportAgentRequest.SerializeToString,
+            cairn_dot_v1_dot_state__pb2.ExportAgentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ImportAgent(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cairn.v1.StateService/ImportAgent',
+            cairn_dot_v1_dot_state__pb2.ImportAgentRequest.SerializeToString,
+            cairn_dot_v1_dot_state__pb2.ImportAgentResponse.FromString,
             options,
             channel_credentials,
             insecure,

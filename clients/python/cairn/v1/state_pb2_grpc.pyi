@@ -119,9 +119,53 @@ class StateServiceStub:
     NOT_FOUND: no such agent.
     """
     WatchAgent: _grpc.UnaryStreamMultiCallable[_state_pb2.WatchAgentRequest, _state_pb2.WatchAgentResponse]
-    """Streams the agent's events until the client cancels: block updates and prompt rebuilds.
-    The first message is an EVENT_TYPE_WATCH_STARTED event carrying the current revisions.
+    """Streams the agent's events until the client cancels: block updates, prompt rebuilds,
+    checkpointed messages and applied compactions. The first message is an
+    EVENT_TYPE_WATCH_STARTED event carrying the current revisions.
     NOT_FOUND: no such agent. The stream ends with NOT_FOUND if the agent is deleted.
+    RESOURCE_EXHAUSTED: the watcher fell too far behind; watch again and re-read the agent.
+    """
+    CommitStep: _grpc.UnaryUnaryMultiCallable[_state_pb2.CommitStepRequest, _state_pb2.CommitStepResponse]
+    """Appends a completed step's messages to the in-context window and to history, all or
+    nothing. A retried `step_id` returns the first result and writes nothing.
+    INVALID_ARGUMENT: empty step_id or messages, a SYSTEM or SUMMARY message, a tool message
+      without tool_call_id, a tool call without id or name, too many or too large messages.
+    NOT_FOUND: no such agent.
+    ABORTED: `base_context_version` is not the agent's current context version.
+    ALREADY_EXISTS: the step_id was committed before with different messages.
+    """
+    ListMessages: _grpc.UnaryUnaryMultiCallable[_state_pb2.ListMessagesRequest, _state_pb2.ListMessagesResponse]
+    """Pages through the agent's whole history (in context or not), oldest first unless
+    `newest_first`, filtered by role and time.
+    NOT_FOUND: no such agent. INVALID_ARGUMENT: page_size outside 1–1000, bad page_token.
+    """
+    ExecuteMemoryTool: _grpc.UnaryUnaryMultiCallable[_state_pb2.ExecuteMemoryToolRequest, _state_pb2.ExecuteMemoryToolResponse]
+    """Runs a memory tool call the model made. The result is the text the model should see;
+    a refusal (`ok = false`) explains itself and changes nothing. An edit to a shared block
+    rebuilds every connected agent, exactly as UpdateBlock does.
+    NOT_FOUND: no such agent. (A bad tool call is not an RPC error: it is a refusal.)
+    """
+    PlanCompaction: _grpc.UnaryUnaryMultiCallable[_state_pb2.PlanCompactionRequest, _state_pb2.PlanCompactionResponse]
+    """Picks the oldest in-context messages to evict so that the context falls below
+    `target_share` of the window, cutting only after an assistant message whose tool calls
+    are all answered, never the system message. Returns them for the caller to summarise.
+    NOT_FOUND: no such agent. INVALID_ARGUMENT: target_share outside (0, 1).
+    FAILED_PRECONDITION: the context is already below the target, or no cut point exists.
+    """
+    ApplyCompaction: _grpc.UnaryUnaryMultiCallable[_state_pb2.ApplyCompactionRequest, _state_pb2.ApplyCompactionResponse]
+    """Replaces the plan's messages with one summary message, atomically; evicted messages
+    stay in history. The system prompt is rebuilt.
+    NOT_FOUND: no such agent or plan. INVALID_ARGUMENT: empty summary.
+    ABORTED: the window changed since the plan. FAILED_PRECONDITION: plan already applied.
+    """
+    ExportAgent: _grpc.UnaryUnaryMultiCallable[_state_pb2.ExportAgentRequest, _state_pb2.ExportAgentResponse]
+    """Exports agents as one JSON agent file: agents, their blocks (a block shared by several
+    exported agents appears once), tools, tool rules and in-context messages. No secrets.
+    NOT_FOUND: an agent id names no agent. INVALID_ARGUMENT: no agent ids.
+    """
+    ImportAgent: _grpc.UnaryUnaryMultiCallable[_state_pb2.ImportAgentRequest, _state_pb2.ImportAgentResponse]
+    """Imports an agent file with fresh ids for every agent, block and message.
+    INVALID_ARGUMENT: not an agent file, an unsupported version, or invalid contents.
     """
 
 @_typing.type_check_only
@@ -215,9 +259,53 @@ class StateServiceAsyncStub(StateServiceStub):
     NOT_FOUND: no such agent.
     """
     WatchAgent: _aio.UnaryStreamMultiCallable[_state_pb2.WatchAgentRequest, _state_pb2.WatchAgentResponse]  # type: ignore[assignment]
-    """Streams the agent's events until the client cancels: block updates and prompt rebuilds.
-    The first message is an EVENT_TYPE_WATCH_STARTED event carrying the current revisions.
+    """Streams the agent's events until the client cancels: block updates, prompt rebuilds,
+    checkpointed messages and applied compactions. The first message is an
+    EVENT_TYPE_WATCH_STARTED event carrying the current revisions.
     NOT_FOUND: no such agent. The stream ends with NOT_FOUND if the agent is deleted.
+    RESOURCE_EXHAUSTED: the watcher fell too far behind; watch again and re-read the agent.
+    """
+    CommitStep: _aio.UnaryUnaryMultiCallable[_state_pb2.CommitStepRequest, _state_pb2.CommitStepResponse]  # type: ignore[assignment]
+    """Appends a completed step's messages to the in-context window and to history, all or
+    nothing. A retried `step_id` returns the first result and writes nothing.
+    INVALID_ARGUMENT: empty step_id or messages, a SYSTEM or SUMMARY message, a tool message
+      without tool_call_id, a tool call without id or name, too many or too large messages.
+    NOT_FOUND: no such agent.
+    ABORTED: `base_context_version` is not the agent's current context version.
+    ALREADY_EXISTS: the step_id was committed before with different messages.
+    """
+    ListMessages: _aio.UnaryUnaryMultiCallable[_state_pb2.ListMessagesRequest, _state_pb2.ListMessagesResponse]  # type: ignore[assignment]
+    """Pages through the agent's whole history (in context or not), oldest first unless
+    `newest_first`, filtered by role and time.
+    NOT_FOUND: no such agent. INVALID_ARGUMENT: page_size outside 1–1000, bad page_token.
+    """
+    ExecuteMemoryTool: _aio.UnaryUnaryMultiCallable[_state_pb2.ExecuteMemoryToolRequest, _state_pb2.ExecuteMemoryToolResponse]  # type: ignore[assignment]
+    """Runs a memory tool call the model made. The result is the text the model should see;
+    a refusal (`ok = false`) explains itself and changes nothing. An edit to a shared block
+    rebuilds every connected agent, exactly as UpdateBlock does.
+    NOT_FOUND: no such agent. (A bad tool call is not an RPC error: it is a refusal.)
+    """
+    PlanCompaction: _aio.UnaryUnaryMultiCallable[_state_pb2.PlanCompactionRequest, _state_pb2.PlanCompactionResponse]  # type: ignore[assignment]
+    """Picks the oldest in-context messages to evict so that the context falls below
+    `target_share` of the window, cutting only after an assistant message whose tool calls
+    are all answered, never the system message. Returns them for the caller to summarise.
+    NOT_FOUND: no such agent. INVALID_ARGUMENT: target_share outside (0, 1).
+    FAILED_PRECONDITION: the context is already below the target, or no cut point exists.
+    """
+    ApplyCompaction: _aio.UnaryUnaryMultiCallable[_state_pb2.ApplyCompactionRequest, _state_pb2.ApplyCompactionResponse]  # type: ignore[assignment]
+    """Replaces the plan's messages with one summary message, atomically; evicted messages
+    stay in history. The system prompt is rebuilt.
+    NOT_FOUND: no such agent or plan. INVALID_ARGUMENT: empty summary.
+    ABORTED: the window changed since the plan. FAILED_PRECONDITION: plan already applied.
+    """
+    ExportAgent: _aio.UnaryUnaryMultiCallable[_state_pb2.ExportAgentRequest, _state_pb2.ExportAgentResponse]  # type: ignore[assignment]
+    """Exports agents as one JSON agent file: agents, their blocks (a block shared by several
+    exported agents appears once), tools, tool rules and in-context messages. No secrets.
+    NOT_FOUND: an agent id names no agent. INVALID_ARGUMENT: no agent ids.
+    """
+    ImportAgent: _aio.UnaryUnaryMultiCallable[_state_pb2.ImportAgentRequest, _state_pb2.ImportAgentResponse]  # type: ignore[assignment]
+    """Imports an agent file with fresh ids for every agent, block and message.
+    INVALID_ARGUMENT: not an agent file, an unsupported version, or invalid contents.
     """
 
 class StateServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -398,9 +486,95 @@ class StateServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _state_pb2.WatchAgentRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_state_pb2.WatchAgentResponse], _abc.AsyncIterator[_state_pb2.WatchAgentResponse]]:
-        """Streams the agent's events until the client cancels: block updates and prompt rebuilds.
-        The first message is an EVENT_TYPE_WATCH_STARTED event carrying the current revisions.
+        """Streams the agent's events until the client cancels: block updates, prompt rebuilds,
+        checkpointed messages and applied compactions. The first message is an
+        EVENT_TYPE_WATCH_STARTED event carrying the current revisions.
         NOT_FOUND: no such agent. The stream ends with NOT_FOUND if the agent is deleted.
+        RESOURCE_EXHAUSTED: the watcher fell too far behind; watch again and re-read the agent.
+        """
+
+    @_abc_1.abstractmethod
+    def CommitStep(
+        self,
+        request: _state_pb2.CommitStepRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_state_pb2.CommitStepResponse, _abc.Awaitable[_state_pb2.CommitStepResponse]]:
+        """Appends a completed step's messages to the in-context window and to history, all or
+        nothing. A retried `step_id` returns the first result and writes nothing.
+        INVALID_ARGUMENT: empty step_id or messages, a SYSTEM or SUMMARY message, a tool message
+          without tool_call_id, a tool call without id or name, too many or too large messages.
+        NOT_FOUND: no such agent.
+        ABORTED: `base_context_version` is not the agent's current context version.
+        ALREADY_EXISTS: the step_id was committed before with different messages.
+        """
+
+    @_abc_1.abstractmethod
+    def ListMessages(
+        self,
+        request: _state_pb2.ListMessagesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_state_pb2.ListMessagesResponse, _abc.Awaitable[_state_pb2.ListMessagesResponse]]:
+        """Pages through the agent's whole history (in context or not), oldest first unless
+        `newest_first`, filtered by role and time.
+        NOT_FOUND: no such agent. INVALID_ARGUMENT: page_size outside 1–1000, bad page_token.
+        """
+
+    @_abc_1.abstractmethod
+    def ExecuteMemoryTool(
+        self,
+        request: _state_pb2.ExecuteMemoryToolRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_state_pb2.ExecuteMemoryToolResponse, _abc.Awaitable[_state_pb2.ExecuteMemoryToolResponse]]:
+        """Runs a memory tool call the model made. The result is the text the model should see;
+        a refusal (`ok = false`) explains itself and changes nothing. An edit to a shared block
+        rebuilds every connected agent, exactly as UpdateBlock does.
+        NOT_FOUND: no such agent. (A bad tool call is not an RPC error: it is a refusal.)
+        """
+
+    @_abc_1.abstractmethod
+    def PlanCompaction(
+        self,
+        request: _state_pb2.PlanCompactionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_state_pb2.PlanCompactionResponse, _abc.Awaitable[_state_pb2.PlanCompactionResponse]]:
+        """Picks the oldest in-context messages to evict so that the context falls below
+        `target_share` of the window, cutting only after an assistant message whose tool calls
+        are all answered, never the system message. Returns them for the caller to summarise.
+        NOT_FOUND: no such agent. INVALID_ARGUMENT: target_share outside (0, 1).
+        FAILED_PRECONDITION: the context is already below the target, or no cut point exists.
+        """
+
+    @_abc_1.abstractmethod
+    def ApplyCompaction(
+        self,
+        request: _state_pb2.ApplyCompactionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_state_pb2.ApplyCompactionResponse, _abc.Awaitable[_state_pb2.ApplyCompactionResponse]]:
+        """Replaces the plan's messages with one summary message, atomically; evicted messages
+        stay in history. The system prompt is rebuilt.
+        NOT_FOUND: no such agent or plan. INVALID_ARGUMENT: empty summary.
+        ABORTED: the window changed since the plan. FAILED_PRECONDITION: plan already applied.
+        """
+
+    @_abc_1.abstractmethod
+    def ExportAgent(
+        self,
+        request: _state_pb2.ExportAgentRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_state_pb2.ExportAgentResponse, _abc.Awaitable[_state_pb2.ExportAgentResponse]]:
+        """Exports agents as one JSON agent file: agents, their blocks (a block shared by several
+        exported agents appears once), tools, tool rules and in-context messages. No secrets.
+        NOT_FOUND: an agent id names no agent. INVALID_ARGUMENT: no agent ids.
+        """
+
+    @_abc_1.abstractmethod
+    def ImportAgent(
+        self,
+        request: _state_pb2.ImportAgentRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_state_pb2.ImportAgentResponse, _abc.Awaitable[_state_pb2.ImportAgentResponse]]:
+        """Imports an agent file with fresh ids for every agent, block and message.
+        INVALID_ARGUMENT: not an agent file, an unsupported version, or invalid contents.
         """
 
 def add_StateServiceServicer_to_server(servicer: StateServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
