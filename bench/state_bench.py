@@ -3,8 +3,10 @@
     python -m bench.state_bench [--duration 3] [--concurrency 32] [--rounds 3]
 
 Starts a state server on a free port with a fresh data directory, measures, prints one
-JSON object. Speeds are ratios against the health check (an empty RPC) on the same server
-in the same run, so a noisy machine moves both sides alike.
+JSON object: the empty RPC, CompileContext on a cache hit (no messages, and with a
+200-message window), CommitStep of a two-message step (each worker on its own agent), and
+UpdateBlock latency by fan-out. Speeds are ratios against the health check (an empty RPC)
+on the same server in the same run, so a noisy machine moves both sides alike.
 """
 
 from __future__ import annotations
@@ -21,12 +23,18 @@ from google.protobuf import field_mask_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from bench.load import interleaved, latencies_ms, percentile
-from cairn.v1 import state_pb2, state_pb2_grpc
+from cairn.v1 import common_pb2, state_pb2, state_pb2_grpc
 from cairn_server.auth import Role, create_key
 from cairn_server.keys_sqlite import SqliteKeyStore
 from cairn_server.process import ServerProcess, free_port
 
 FANOUTS = (1, 10, 100, 1000)
+WINDOW_MESSAGES = 200
+USER_TEXT = "Could you remind me what we decided about the trip to Lisbon next month?"
+ASSISTANT_TEXT = (
+    "We agreed to fly out on the 12th, stay four nights near Alfama, and keep one day free "
+    "for Sintra. You wanted me to check train times closer to the date."
+)
 PERSONA = "I am a careful assistant. " * 20
 HUMAN = "Name: Sam. Likes tea, hiking and long walks. Works as a nurse. " * 5
 
@@ -49,6 +57,42 @@ async def _create_agents(
             )
 
     await asyncio.gather(*(one(i) for i in range(n)))
+
+
+async def _agent_with_window(
+    stub: state_pb2_grpc.StateServiceAsyncStub, md: Any, messages: int
+) -> str:
+    agent = (
+        await stub.CreateAgent(
+            state_pb2.CreateAgentRequest(
+                name="window",
+                system="You are a helpful agent.\n{CORE_MEMORY}",
+                memory_blocks=[
+                    state_pb2.Block(label="persona", value=PERSONA),
+                    state_pb2.Block(label="human", value=HUMAN),
+                ],
+            ),
+            metadata=md,
+        )
+    ).agent
+    version = 1
+    for i in range(messages // 2):
+        reply = await stub.CommitStep(
+            state_pb2.CommitStepRequest(
+                agent_id=agent.id,
+                step_id=f"w{i}",
+                base_context_version=version,
+                messages=[
+                    common_pb2.Message(role=common_pb2.MESSAGE_ROLE_USER, content=USER_TEXT),
+                    common_pb2.Message(
+                        role=common_pb2.MESSAGE_ROLE_ASSISTANT, content=ASSISTANT_TEXT
+                    ),
+                ],
+            ),
+            metadata=md,
+        )
+        version = reply.context_version
+    return agent.id
 
 
 async def run(address: str, key: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -80,10 +124,58 @@ async def run(address: str, key: str, args: argparse.Namespace) -> dict[str, Any
         async def compile_() -> object:
             return await stub.CompileContext(compile_request, metadata=md)
 
-        await interleaved({"empty": empty, "compile": compile_}, 1.0, args.concurrency, 1)
-        rates = await interleaved(
-            {"empty": empty, "compile": compile_}, args.duration, args.concurrency, args.rounds
-        )
+        window_agent = await _agent_with_window(stub, md, WINDOW_MESSAGES)
+        window_request = state_pb2.CompileContextRequest(agent_id=window_agent)
+        reply = await stub.CompileContext(window_request, metadata=md)
+        assert len(reply.messages) == WINDOW_MESSAGES, len(reply.messages)
+
+        async def compile_window() -> object:
+            return await stub.CompileContext(window_request, metadata=md)
+
+        step_agents = [
+            (
+                await stub.CreateAgent(state_pb2.CreateAgentRequest(name=f"steps-{i}"), metadata=md)
+            ).agent.id
+            for i in range(args.concurrency)
+        ]
+        versions = dict.fromkeys(step_agents, 1)
+        counter = 0
+
+        async def commit_step(agent_ids: list[str] = step_agents) -> object:
+            # Each worker owns one agent, so concurrent steps never contend for a window.
+            nonlocal counter
+            counter += 1
+            agent_id = agent_ids.pop()
+            try:
+                reply = await stub.CommitStep(
+                    state_pb2.CommitStepRequest(
+                        agent_id=agent_id,
+                        step_id=f"step-{counter}",
+                        base_context_version=versions[agent_id],
+                        messages=[
+                            common_pb2.Message(
+                                role=common_pb2.MESSAGE_ROLE_USER, content=USER_TEXT
+                            ),
+                            common_pb2.Message(
+                                role=common_pb2.MESSAGE_ROLE_ASSISTANT, content=ASSISTANT_TEXT
+                            ),
+                        ],
+                    ),
+                    metadata=md,
+                )
+                versions[agent_id] = reply.context_version
+                return reply
+            finally:
+                agent_ids.append(agent_id)
+
+        calls = {
+            "empty": empty,
+            "compile": compile_,
+            "compile_window": compile_window,
+            "commit_step": commit_step,
+        }
+        await interleaved(calls, 1.0, args.concurrency, 1)
+        rates = await interleaved(calls, args.duration, args.concurrency, args.rounds)
 
         p50: dict[str, float] = {}
         p95: dict[str, float] = {}
@@ -122,6 +214,11 @@ async def run(address: str, key: str, args: argparse.Namespace) -> dict[str, Any
         "empty_rps": round(rates["empty"], 1),
         "compile_rps": round(rates["compile"], 1),
         "compile_to_empty_ratio": round(rates["compile"] / rates["empty"], 3),
+        "window_messages": WINDOW_MESSAGES,
+        "compile_window_rps": round(rates["compile_window"], 1),
+        "compile_window_to_empty_ratio": round(rates["compile_window"] / rates["empty"], 3),
+        "commit_step_rps": round(rates["commit_step"], 1),
+        "commit_step_to_empty_ratio": round(rates["commit_step"] / rates["empty"], 3),
         "update_shared_ms_p50": p50,
         "update_shared_ms_p95": p95,
     }

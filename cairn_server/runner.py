@@ -1,33 +1,74 @@
 """Where blocking store work runs relative to the event loop.
 
 Embedded SQLite reads take tens of microseconds, less than a hop to a thread, so they run
-on the loop. Writes wait on fsync and the write lock, so they run on one writer thread
-(SQLite has one writer anyway). A networked store runs everything on a thread pool.
+on the loop. Writes wait on fsync, so they run on one writer thread (SQLite has one writer
+anyway); with a `batch` (group commit), the writer runs every write queued meanwhile in one
+transaction and answers them all after its single commit. A networked store runs
+everything on thread pools.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import queue
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from functools import partial
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 P = ParamSpec("P")
 T = TypeVar("T")
+MAX_BATCH = 64
+
+log = logging.getLogger("cairn.runner")
+
+
+@dataclass
+class _Job:
+    fn: Callable[[], Any]
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[Any]
+
+
+def _resolve(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
+    if future.cancelled():
+        return
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
 
 
 class Runner:
     """Runs sync store-bound functions for async servicers."""
 
-    def __init__(self, *, inline_reads: bool, write_threads: int = 1, read_threads: int = 8):
+    def __init__(
+        self,
+        *,
+        inline_reads: bool,
+        batch: Callable[[], AbstractContextManager[Any]] | None = None,
+        write_threads: int = 1,
+        read_threads: int = 8,
+    ) -> None:
         self._inline_reads = inline_reads
-        self._writes = ThreadPoolExecutor(write_threads, thread_name_prefix="cairn-write")
+        self._batch = batch
         self._reads = (
             None
             if inline_reads
             else ThreadPoolExecutor(read_threads, thread_name_prefix="cairn-read")
         )
+        self._writes: ThreadPoolExecutor | None = None
+        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
+        if batch is None:
+            self._writes = ThreadPoolExecutor(write_threads, thread_name_prefix="cairn-write")
+        else:
+            self._writer = threading.Thread(target=self._write_loop, name="cairn-writer")
+            self._writer.start()
 
     async def read(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Runs a read-only function."""
@@ -38,13 +79,50 @@ class Runner:
         )
 
     async def write(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        """Runs a function that may write."""
-        return await asyncio.get_running_loop().run_in_executor(
-            self._writes, partial(fn, *args, **kwargs)
-        )
+        """Runs a function that may write; answers once its writes are committed."""
+        loop = asyncio.get_running_loop()
+        if self._writes is not None:
+            return await loop.run_in_executor(self._writes, partial(fn, *args, **kwargs))
+        future: asyncio.Future[T] = loop.create_future()
+        self._queue.put(_Job(partial(fn, *args, **kwargs), loop, future))
+        return await future
+
+    def _write_loop(self) -> None:
+        assert self._batch is not None
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            jobs = [job]
+            while len(jobs) < MAX_BATCH:
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    self._queue.put(None)
+                    break
+                jobs.append(more)
+            results: list[tuple[bool, Any]] = []
+            try:
+                with self._batch():
+                    for each in jobs:
+                        try:
+                            results.append((True, each.fn()))
+                        except Exception as error:
+                            results.append((False, error))
+            except Exception as error:
+                log.exception("group commit failed", extra={"jobs": len(jobs)})
+                results = [(False, error)] * len(jobs)
+            for each, (ok, value) in zip(jobs, results, strict=True):
+                each.loop.call_soon_threadsafe(_resolve, each.future, ok, value)
 
     def close(self) -> None:
-        """Waits for queued work and stops the threads."""
-        self._writes.shutdown(wait=True)
+        """Finishes queued work and stops the threads."""
+        if self._writer is not None:
+            self._queue.put(None)
+            self._writer.join()
+        if self._writes is not None:
+            self._writes.shutdown(wait=True)
         if self._reads is not None:
             self._reads.shutdown(wait=True)

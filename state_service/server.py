@@ -65,7 +65,7 @@ async def serve(settings: StateSettings) -> None:
     hub = EventHub()
     store = SqliteStateStore(data_dir, hub.publish)
     keys = None if settings.insecure_local else SqliteKeyStore(data_dir)
-    runner = Runner(inline_reads=True)
+    runner = Runner(inline_reads=True, batch=store.batch)
     deps = Deps(store=store, counter=make_counter(settings.tokenizer))
     servicer = StateServicer(
         deps,

@@ -104,7 +104,7 @@ def commit_step(
     request_hash = _request_hash(messages, acknowledged_revision)
     now = deps.clock()
     with deps.store.transaction() as tx:
-        agent = tx.get_agent(principal.tenant, agent_id)
+        agent = tx.get_agent_row(principal.tenant, agent_id)
         if agent is None:
             raise agent_not_found(agent_id)
         done = tx.get_step(agent_id, step_id)
@@ -135,7 +135,7 @@ def commit_step(
             stored.append(replace(fresh, tokens=count_message(deps.counter, fresh)))
         version = agent.context_version + 1
         tx.insert_messages(principal.tenant, stored, deps.counter.name)
-        tx.append_window(agent_id, len(agent.message_ids), [m.id for m in stored])
+        tx.append_window(agent_id, tx.window_size(agent_id), [m.id for m in stored])
         tx.set_context(
             principal.tenant,
             agent_id,

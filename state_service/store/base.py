@@ -30,6 +30,12 @@ class StateReader(Protocol):
     def get_agent(self, tenant: str, agent_id: str) -> Agent | None:
         """The agent with its blocks in render order, or None."""
 
+    def get_agent_row(self, tenant: str, agent_id: str) -> Agent | None:
+        """The agent's own fields only: no blocks, an empty `message_ids` (see window_size)."""
+
+    def window_size(self, agent_id: str) -> int:
+        """How many messages the window holds, the system message included."""
+
     def load_agents(self, tenant: str, agent_ids: Sequence[str]) -> list[Agent]:
         """Agents with their blocks, in the order of `agent_ids` (missing ones skipped)."""
 

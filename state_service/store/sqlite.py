@@ -180,6 +180,21 @@ class _Reader:
         agents = self.load_agents(tenant, [agent_id])
         return agents[0] if agents else None
 
+    def get_agent_row(self, tenant: str, agent_id: str) -> Agent | None:
+        """The agent's own fields only: no blocks, an empty `message_ids` (see window_size)."""
+        row = self._c.execute(
+            f"SELECT {_AGENT_COLUMNS} FROM agents WHERE tenant = ? AND id = ?", (tenant, agent_id)
+        ).fetchone()
+        return None if row is None else _agent(row, [], [])
+
+    def window_size(self, agent_id: str) -> int:
+        """How many messages the window holds, the system message included."""
+        row = self._c.execute(
+            "SELECT COALESCE(MAX(position) + 1, 0) FROM context_window WHERE agent_id = ?",
+            (agent_id,),
+        ).fetchone()
+        return int(row[0])
+
     def load_agents(self, tenant: str, agent_ids: Sequence[str]) -> list[Agent]:
         """Agents with their blocks, in the order of `agent_ids`."""
         rows: dict[str, Sequence[Any]] = {}
@@ -659,7 +674,12 @@ class _Tx(_Reader):
 
 class SqliteStateStore:
     """State in `state.sqlite3`. Writes are serialized on one connection; each reading
-    thread has its own read-only connection, so reads never wait for a writer (WAL)."""
+    thread has its own read-only connection, so reads never wait for a writer (WAL).
+
+    Inside `batch()` (group commit), each `transaction()` is a savepoint of one shared
+    transaction: a failing unit of work rolls back alone, and the batch commits — one fsync —
+    when its last unit is done. Events publish only after that commit.
+    """
 
     def __init__(
         self, data_dir: Path, publish: Callable[[list[AgentEvent]], None] | None = None
@@ -673,13 +693,22 @@ class SqliteStateStore:
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
         self._publish = publish
+        self._batch_events: list[AgentEvent] | None = None
+        self._batch_thread: int | None = None
+        self._savepoints = 0
 
     def set_publisher(self, publish: Callable[[list[AgentEvent]], None]) -> None:
         """Where committed events go (the server's event hub)."""
         self._publish = publish
 
+    def _in_batch(self) -> bool:
+        return self._batch_thread == threading.get_ident()
+
     def reader(self) -> _Reader:
-        """Queries on this thread's own connection."""
+        """Queries on this thread's own connection (inside a batch: the batch's, so a unit
+        of work reads what earlier units of the batch wrote)."""
+        if self._in_batch():
+            return _Reader(self._writer)
         reader: _Reader | None = getattr(self._local, "reader", None)
         if reader is None:
             conn = sqlite_util.connect(self._path, read_only=True)
@@ -689,8 +718,43 @@ class SqliteStateStore:
         return reader
 
     @contextmanager
+    def batch(self) -> Iterator[None]:
+        """One transaction for many units of work (group commit)."""
+        with self._write_lock:
+            self._writer.execute("BEGIN IMMEDIATE")
+            self._batch_events = []
+            self._batch_thread = threading.get_ident()
+            try:
+                yield
+            except BaseException:
+                self._writer.execute("ROLLBACK")
+                raise
+            else:
+                self._writer.execute("COMMIT")
+            finally:
+                events, self._batch_events = self._batch_events, None
+                self._batch_thread = None
+        if events and self._publish is not None:
+            self._publish(events)
+
+    @contextmanager
     def transaction(self) -> Iterator[_Tx]:
-        """BEGIN IMMEDIATE on the writer connection; events publish after COMMIT."""
+        """A unit of work: BEGIN IMMEDIATE ... COMMIT, or a savepoint inside a batch."""
+        if self._in_batch():
+            self._savepoints += 1
+            name = f"unit{self._savepoints}"
+            tx = _Tx(self._writer)
+            self._writer.execute(f"SAVEPOINT {name}")
+            try:
+                yield tx
+            except BaseException:
+                self._writer.execute(f"ROLLBACK TO {name}")
+                self._writer.execute(f"RELEASE {name}")
+                raise
+            self._writer.execute(f"RELEASE {name}")
+            assert self._batch_events is not None
+            self._batch_events.extend(tx.events)
+            return
         with self._write_lock:
             tx = _Tx(self._writer)
             self._writer.execute("BEGIN IMMEDIATE")
