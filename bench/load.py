@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 
 
 async def rps(call: Callable[[], Awaitable[object]], duration: float, concurrency: int) -> float:
@@ -26,7 +26,7 @@ async def rps(call: Callable[[], Awaitable[object]], duration: float, concurrenc
 
 
 async def interleaved(
-    calls: dict[str, Callable[[], Awaitable[object]]],
+    calls: Mapping[str, Callable[[], Awaitable[object]]],
     duration: float,
     concurrency: int,
     rounds: int,
