@@ -13,10 +13,11 @@ import grpc
 from google.protobuf import field_mask_pb2, json_format
 from google.protobuf.message import Message
 
+from cairn.connection import Authenticated
 from cairn.v1 import state_pb2, state_pb2_grpc
 from cairn_server.settings import DEFAULT_DATA_DIR
 
-Handler = Callable[[argparse.Namespace, state_pb2_grpc.StateServiceStub], int]
+Handler = Callable[[argparse.Namespace, Any], int]
 
 
 def api_key(args: argparse.Namespace) -> str | None:
@@ -161,15 +162,11 @@ def agent_compile(args: argparse.Namespace, stub: state_pb2_grpc.StateServiceStu
 
 def _run(handler: Handler) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
-        metadata: list[tuple[str, str]] = []
         key = api_key(args)
-        if key:
-            metadata.append(("authorization", f"Bearer {key}"))
         with grpc.insecure_channel(args.addr) as channel:
-            stub = state_pb2_grpc.StateServiceStub(channel)
-            intercepted = _with_metadata(stub, metadata)
+            stub = Authenticated(state_pb2_grpc.StateServiceStub(channel), key)
             try:
-                return handler(args, intercepted)
+                return handler(args, stub)
             except grpc.RpcError as error:
                 code = error.code()
                 details = error.details()
@@ -181,26 +178,6 @@ def _run(handler: Handler) -> Callable[[argparse.Namespace], int]:
                 return 1
 
     return run
-
-
-class _Bound:
-    """A stub whose every call carries the same metadata."""
-
-    def __init__(self, stub: Any, metadata: list[tuple[str, str]]) -> None:
-        self._stub = stub
-        self._metadata = metadata
-
-    def __getattr__(self, name: str) -> Callable[..., Any]:
-        method = getattr(self._stub, name)
-
-        def call(request: Message) -> Any:
-            return method(request, metadata=self._metadata, timeout=30)
-
-        return call
-
-
-def _with_metadata(stub: Any, metadata: list[tuple[str, str]]) -> Any:
-    return _Bound(stub, metadata)
 
 
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -18,7 +18,9 @@ from state_service.window import count_message
 
 MAX_STEP_ID = 128
 MAX_STEP_MESSAGES = 512
-STEP_ROLES = frozenset({Role.USER, Role.ASSISTANT, Role.TOOL})
+# System messages in a step carry what a harness showed the model mid-conversation, such as
+# a memory update; summaries come only from compaction.
+STEP_ROLES = frozenset({Role.SYSTEM, Role.USER, Role.ASSISTANT, Role.TOOL})
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +44,7 @@ def _check_messages(messages: Sequence[Message]) -> None:
         if message.role not in STEP_ROLES:
             raise InvalidArgument(
                 f"{where}.role",
-                f"a step holds user, assistant and tool messages, not {message.role.value}",
+                f"a step holds system, user, assistant and tool messages, not {message.role.value}",
             )
         if message.role is Role.TOOL and not message.tool_call_id:
             raise InvalidArgument(f"{where}.tool_call_id", "a tool message must name its call")

@@ -59,9 +59,9 @@ class WindowCache:
                 self._windows.move_to_end(agent_id)
                 return cached
         stored = reader.window(tenant, agent_id, counter.name)
-        messages = tuple(
-            m if m.tokens >= 0 else _recounted(m, counter) for m in stored if m.role != "system"
-        )
+        # Position 0 is the agent's system message; later system messages (memory updates
+        # a harness committed) are part of the conversation.
+        messages = tuple(m if m.tokens >= 0 else _recounted(m, counter) for m in stored[1:])
         window = Window(context_version, messages, sum(m.tokens for m in messages))
         self._put(agent_id, window)
         return window

@@ -6,26 +6,11 @@ from typing import Any
 
 import grpc
 
+from cairn.connection import Authenticated
 from cairn.v1 import state_pb2, state_pb2_grpc
 
-
-class Keyed:
-    """Wraps a stub so every call carries `authorization: Bearer <key>` and a deadline."""
-
-    def __init__(self, stub: Any, key: str | None, timeout: float = 30.0) -> None:
-        self._stub = stub
-        self._metadata = [("authorization", f"Bearer {key}")] if key else []
-        self._timeout = timeout
-
-    def __getattr__(self, name: str) -> Any:
-        method = getattr(self._stub, name)
-
-        def call(request: Any, **kwargs: Any) -> Any:
-            kwargs.setdefault("metadata", self._metadata)
-            kwargs.setdefault("timeout", self._timeout)
-            return method(request, **kwargs)
-
-        return call
+# Tests call stubs the way the client package does.
+Keyed = Authenticated
 
 
 def state_client(channel: grpc.Channel, key: str | None) -> Any:

@@ -163,8 +163,9 @@ def test_stale_base_context_version_is_aborted_and_writes_nothing(admin: Any) ->
             "messages[1].tool_call_id: a tool message must name its call",
         ),
         (
-            [msg(USER, "ok"), msg(common_pb2.MESSAGE_ROLE_SYSTEM, "sneaky")],
-            "messages[1].role: a step holds user, assistant and tool messages, not system",
+            [msg(USER, "ok"), msg(common_pb2.MESSAGE_ROLE_SUMMARY, "sneaky")],
+            "messages[1].role: a step holds system, user, assistant and tool messages, not "
+            "summary",
         ),
         (
             [msg(common_pb2.MESSAGE_ROLE_UNSPECIFIED, "no role")],

@@ -1393,8 +1393,9 @@ class CommitStepRequest(_message.Message):
     """
     @_builtins.property
     def messages(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Message]:
-        """The step's messages in order: user, assistant and tool messages (ids, agent_id,
-        step_id and created_at are assigned by the server).
+        """The step's messages in order: user, assistant and tool messages, and system messages
+        the harness showed the model (such as a memory update). Ids, agent_id, step_id and
+        created_at are assigned by the server.
         """
 
     def __init__(

@@ -128,8 +128,9 @@ class StateServiceStub:
     CommitStep: _grpc.UnaryUnaryMultiCallable[_state_pb2.CommitStepRequest, _state_pb2.CommitStepResponse]
     """Appends a completed step's messages to the in-context window and to history, all or
     nothing. A retried `step_id` returns the first result and writes nothing.
-    INVALID_ARGUMENT: empty step_id or messages, a SYSTEM or SUMMARY message, a tool message
-      without tool_call_id, a tool call without id or name, too many or too large messages.
+    INVALID_ARGUMENT: empty step_id or messages, a SUMMARY message (summaries come from
+      compaction), a tool message without tool_call_id, a tool call without id or name, more
+      than 512 messages.
     NOT_FOUND: no such agent.
     ABORTED: `base_context_version` is not the agent's current context version.
     ALREADY_EXISTS: the step_id was committed before with different messages.
@@ -268,8 +269,9 @@ class StateServiceAsyncStub(StateServiceStub):
     CommitStep: _aio.UnaryUnaryMultiCallable[_state_pb2.CommitStepRequest, _state_pb2.CommitStepResponse]  # type: ignore[assignment]
     """Appends a completed step's messages to the in-context window and to history, all or
     nothing. A retried `step_id` returns the first result and writes nothing.
-    INVALID_ARGUMENT: empty step_id or messages, a SYSTEM or SUMMARY message, a tool message
-      without tool_call_id, a tool call without id or name, too many or too large messages.
+    INVALID_ARGUMENT: empty step_id or messages, a SUMMARY message (summaries come from
+      compaction), a tool message without tool_call_id, a tool call without id or name, more
+      than 512 messages.
     NOT_FOUND: no such agent.
     ABORTED: `base_context_version` is not the agent's current context version.
     ALREADY_EXISTS: the step_id was committed before with different messages.
@@ -501,8 +503,9 @@ class StateServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_state_pb2.CommitStepResponse, _abc.Awaitable[_state_pb2.CommitStepResponse]]:
         """Appends a completed step's messages to the in-context window and to history, all or
         nothing. A retried `step_id` returns the first result and writes nothing.
-        INVALID_ARGUMENT: empty step_id or messages, a SYSTEM or SUMMARY message, a tool message
-          without tool_call_id, a tool call without id or name, too many or too large messages.
+        INVALID_ARGUMENT: empty step_id or messages, a SUMMARY message (summaries come from
+          compaction), a tool message without tool_call_id, a tool call without id or name, more
+          than 512 messages.
         NOT_FOUND: no such agent.
         ABORTED: `base_context_version` is not the agent's current context version.
         ALREADY_EXISTS: the step_id was committed before with different messages.
