@@ -49,7 +49,11 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--compaction-threshold", type=float, help="share of the window that needs compaction"
     )
-    parser.add_argument("--tokenizer", help="token counter: 'estimate' (default)")
+    parser.add_argument(
+        "--tokenizer",
+        help="token counter: 'estimate' (default), 'bpe-openai:<encoding>', "
+        "'tiktoken:<encoding>' or 'hf:<tokenizer.json>' (env CAIRN_TOKENIZER)",
+    )
 
 
 def settings_from_args(args: argparse.Namespace) -> StateSettings:
@@ -66,7 +70,11 @@ async def serve(settings: StateSettings) -> None:
     store = SqliteStateStore(data_dir, hub.publish)
     keys = None if settings.insecure_local else SqliteKeyStore(data_dir)
     runner = Runner(inline_reads=True, batch=store.batch)
-    deps = Deps(store=store, counter=make_counter(settings.tokenizer))
+    try:
+        counter = make_counter(settings.tokenizer)
+    except ValueError as error:
+        raise StartupError(str(error)) from None
+    deps = Deps(store=store, counter=counter)
     servicer = StateServicer(
         deps,
         RpcGuard(Authenticator(keys, insecure_local=settings.insecure_local)),

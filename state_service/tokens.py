@@ -9,23 +9,27 @@ from __future__ import annotations
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
-# One match per estimated token. A run of L ASCII letters splits into ceil(L/6) matches:
-# common English words are one token, long or rare ones split. Digits group by three,
-# every other non-space character (punctuation, non-ASCII) is a token, as is each newline
-# and each run of two or more spaces. A single space merges into the next word, as in
-# GPT-style BPE vocabularies. No match spans a newline or a symbol, so the count of a
-# concatenation is the sum of the counts of pieces split there (`additive`).
-_PIECES = re.compile(r"[A-Za-z]{1,6}|\d{1,3}|[^\sA-Za-z\d]|\n| {2,}|\t+")
+# One match per estimated token, tuned to GPT-style BPE vocabularies (docs/tokens.md):
+# - a run of ASCII letters splits into ceil(L/9) pieces: common words are one token;
+#   an apostrophe suffix ('s, 're) or a leading _ or - (snake_case, kebab-case) rides along;
+# - digits group by three; a run of other symbols (punctuation, brackets, non-ASCII) splits
+#   into pieces of up to three;
+# - each newline, and each run of two or more spaces or of tabs, is a token; a single space
+#   merges into the next word.
+# No match spans a newline, so counts of pieces split at newlines add up (`additive`).
+_PIECES = re.compile(
+    r"'[A-Za-z]{1,9}|[_-]?[A-Za-z]{1,9}|\d{1,3}|[^\sA-Za-z\d']{1,3}|'|\n| {2,}|\t+"
+)
 
 
 class TokenCounter(Protocol):
     """Counts tokens of text; `name` identifies the counter in stored counts.
 
     `additive` says that the count of a concatenation equals the sum of the counts of its
-    pieces when they are split at a newline or a symbol, so pieces may be counted (and
-    cached) apart.
+    pieces when they are split at a newline, so pieces may be counted (and cached) apart.
     """
 
     name: str
@@ -42,7 +46,7 @@ class EstimateCounter:
     kilobyte; `docs/tokens.md` gives its measured error.
     """
 
-    name = "estimate-v1"
+    name = "estimate-v2"
     additive = True
 
     def count(self, text: str) -> int:
@@ -102,8 +106,57 @@ def message_tokens(
     return total
 
 
+class ExactCounter:
+    """Counts with a real tokenizer's `encode`."""
+
+    additive = False
+
+    def __init__(self, name: str, encode: Callable[[str], Sequence[int]]) -> None:
+        self.name = name
+        self._encode = encode
+
+    def count(self, text: str) -> int:
+        """Tokens in `text`."""
+        return len(self._encode(text)) if text else 0
+
+
 def make_counter(spec: str) -> TokenCounter:
-    """Builds the counter named by `spec` ('estimate', or 'tiktoken:<encoding>')."""
+    """The counter named by `spec`:
+
+    - `estimate` (default): `EstimateCounter`, no vocabulary needed;
+    - `bpe-openai:<encoding>`: OpenAI's encodings (`o200k_base`, `cl100k_base`) from the
+      `bpe-openai` package, which carries them (`pip install 'cairn[exact-tokens]'`);
+    - `tiktoken:<encoding>`: tiktoken, with its encoding file already in its cache;
+    - `hf:<path to tokenizer.json>`: a Hugging Face `tokenizers` file.
+    """
+    kind, _, arg = spec.partition(":")
     if spec in ("", "estimate"):
         return EstimateCounter()
-    raise ValueError(f"unknown tokenizer {spec!r}; use 'estimate'")
+    try:
+        if kind == "bpe-openai" and arg:
+            import bpe_openai
+
+            encoding = bpe_openai.get_encoding(arg)
+            return ExactCounter(spec, encoding.encode)
+        if kind == "tiktoken" and arg:
+            import tiktoken
+
+            tk = tiktoken.get_encoding(arg)
+            return ExactCounter(spec, lambda text: tk.encode(text, disallowed_special=()))
+        if kind == "hf" and arg:
+            from tokenizers import Tokenizer
+
+            tokenizer = Tokenizer.from_file(arg)
+            return ExactCounter(
+                spec, lambda text: tokenizer.encode(text, add_special_tokens=False).ids
+            )
+    except ImportError as error:
+        raise ValueError(
+            f"tokenizer {spec!r} needs a package that is not installed: {error}"
+        ) from None
+    except Exception as error:
+        raise ValueError(f"tokenizer {spec!r} could not be loaded: {error}") from None
+    raise ValueError(
+        f"unknown tokenizer {spec!r}; use 'estimate', 'bpe-openai:<encoding>', "
+        "'tiktoken:<encoding>' or 'hf:<path to tokenizer.json>'"
+    )
