@@ -1,0 +1,285 @@
+"""Queries of the SQLite state store."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from state_service.models import (
+    Agent,
+    Block,
+    CompactionPlan,
+    MemoryUpdateMode,
+    Message,
+    PromptState,
+    StepRecord,
+    StoredPrompt,
+)
+from state_service.store.sqlite_rows import (
+    AGENT_COLUMNS,
+    AGENT_ROWKEY,
+    BLOCK_COLUMNS,
+    MESSAGE_COLUMNS,
+    MESSAGE_FROM,
+    agent_row,
+    block_row,
+    chunks,
+    message_row,
+    tag_filter,
+)
+
+
+class SqliteReader:
+    """Queries over one connection."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._c = conn
+
+    # --- agents and blocks ---------------------------------------------------------------
+
+    def _blocks_of(self, agent_ids: Sequence[str]) -> dict[str, list[Block]]:
+        result: dict[str, list[Block]] = {agent_id: [] for agent_id in agent_ids}
+        for chunk in chunks(agent_ids):
+            marks = ",".join("?" * len(chunk))
+            rows = self._c.execute(
+                f"SELECT ab.agent_id, {BLOCK_COLUMNS} FROM agent_blocks ab"
+                f" JOIN blocks b ON b.id = ab.block_id WHERE ab.agent_id IN ({marks})"
+                " ORDER BY ab.agent_id, ab.position",
+                chunk,
+            ).fetchall()
+            for row in rows:
+                result[row[0]].append(block_row(row[1:]))
+        return result
+
+    def _windows_of(self, agent_ids: Sequence[str]) -> dict[str, list[str]]:
+        result: dict[str, list[str]] = {agent_id: [] for agent_id in agent_ids}
+        for chunk in chunks(agent_ids):
+            marks = ",".join("?" * len(chunk))
+            for agent_id, message_id in self._c.execute(
+                f"SELECT agent_id, message_id FROM context_window WHERE agent_id IN ({marks})"
+                " ORDER BY agent_id, position",
+                chunk,
+            ):
+                result[agent_id].append(message_id)
+        return result
+
+    def get_agent(self, tenant: str, agent_id: str) -> Agent | None:
+        """The agent with its blocks in render order, or None."""
+        agents = self.load_agents(tenant, [agent_id])
+        return agents[0] if agents else None
+
+    def get_agent_row(self, tenant: str, agent_id: str) -> Agent | None:
+        """The agent's own fields only: no blocks, an empty `message_ids` (see window_size)."""
+        row = self._c.execute(
+            f"SELECT {AGENT_COLUMNS} FROM agents WHERE tenant = ? AND id = ?", (tenant, agent_id)
+        ).fetchone()
+        return None if row is None else agent_row(row, [], [])
+
+    def window_size(self, agent_id: str) -> int:
+        """How many messages the window holds, the system message included."""
+        row = self._c.execute(
+            "SELECT COALESCE(MAX(position) + 1, 0) FROM context_window WHERE agent_id = ?",
+            (agent_id,),
+        ).fetchone()
+        return int(row[0])
+
+    def load_agents(self, tenant: str, agent_ids: Sequence[str]) -> list[Agent]:
+        """Agents with their blocks, in the order of `agent_ids`."""
+        rows: dict[str, Sequence[Any]] = {}
+        for chunk in chunks(agent_ids):
+            marks = ",".join("?" * len(chunk))
+            for row in self._c.execute(
+                f"SELECT {AGENT_COLUMNS} FROM agents WHERE tenant = ? AND id IN ({marks})",
+                [tenant, *chunk],
+            ):
+                rows[row[0]] = row
+        found = [agent_id for agent_id in agent_ids if agent_id in rows]
+        blocks = self._blocks_of(found)
+        windows = self._windows_of(found)
+        return [agent_row(rows[a], blocks[a], windows[a]) for a in found]
+
+    def list_agents(
+        self,
+        tenant: str,
+        *,
+        after: int,
+        limit: int,
+        tags: Sequence[str],
+        match_all_tags: bool,
+        name: str,
+    ) -> list[tuple[int, Agent]]:
+        """Up to `limit` agents with row keys above `after`, in creation order."""
+        where, params = tag_filter("agent_tags", "agent_id", tags, match_all_tags)
+        if name:
+            where += " AND name = ?"
+            params.append(name)
+        rows = self._c.execute(
+            f"SELECT {AGENT_COLUMNS} FROM agents WHERE tenant = ? AND rowkey > ?{where}"
+            " ORDER BY rowkey LIMIT ?",
+            [tenant, after, *params, limit],
+        ).fetchall()
+        ids = [row[0] for row in rows]
+        blocks = self._blocks_of(ids)
+        windows = self._windows_of(ids)
+        return [
+            (row[AGENT_ROWKEY], agent_row(row, blocks[row[0]], windows[row[0]])) for row in rows
+        ]
+
+    def get_block(self, tenant: str, block_id: str) -> Block | None:
+        """The block, or None."""
+        row = self._c.execute(
+            f"SELECT {BLOCK_COLUMNS} FROM blocks b WHERE b.tenant = ? AND b.id = ?",
+            (tenant, block_id),
+        ).fetchone()
+        return None if row is None else block_row(row)
+
+    def list_blocks(
+        self,
+        tenant: str,
+        *,
+        after: int,
+        limit: int,
+        label: str,
+        tags: Sequence[str],
+        match_all_tags: bool,
+    ) -> list[tuple[int, Block]]:
+        """Up to `limit` blocks with row keys above `after`, in creation order."""
+        where, params = tag_filter("block_tags", "block_id", tags, match_all_tags)
+        if label:
+            where += " AND label = ?"
+            params.append(label)
+        rows = self._c.execute(
+            f"SELECT {BLOCK_COLUMNS} FROM blocks b WHERE tenant = ? AND rowkey > ?{where}"
+            " ORDER BY rowkey LIMIT ?",
+            [tenant, after, *params, limit],
+        ).fetchall()
+        return [(row[13], block_row(row)) for row in rows]
+
+    def get_prompt_state(self, tenant: str, agent_id: str) -> PromptState | None:
+        """The compile cache's keys and entry for one agent, in one read."""
+        row = self._c.execute(
+            "SELECT a.system_hash, a.memory_revision, a.memory_update_mode, a.context_window,"
+            " a.tools_tokens, a.tools_counter, a.context_version, a.delivered_revision,"
+            " a.tools_json, p.system_prompt, p.compiled_memory, p.raw_hash, p.memory_revision,"
+            " p.prompt_hash, p.system_tokens, p.memory_tokens, p.counter, p.built_at"
+            " FROM agents a LEFT JOIN agent_prompts p ON p.agent_id = a.id"
+            " WHERE a.tenant = ? AND a.id = ?",
+            (tenant, agent_id),
+        ).fetchone()
+        if row is None:
+            return None
+        prompt = None
+        if row[9] is not None:
+            prompt = StoredPrompt(agent_id, *row[9:18])
+        return PromptState(
+            agent_id=agent_id,
+            system_hash=row[0],
+            memory_revision=row[1],
+            memory_update_mode=MemoryUpdateMode(row[2]),
+            context_window=row[3],
+            tools_tokens=row[4],
+            tools_counter=row[5],
+            prompt=prompt,
+            context_version=row[6],
+            delivered_revision=row[7],
+            tools_json=row[8],
+        )
+
+    def agent_ids_with_block(self, tenant: str, block_id: str) -> list[str]:
+        """Ids of the agents the block is attached to, oldest agent first."""
+        rows = self._c.execute(
+            "SELECT a.id FROM agent_blocks ab JOIN agents a ON a.id = ab.agent_id"
+            " WHERE ab.block_id = ? AND a.tenant = ? ORDER BY a.rowkey",
+            (block_id, tenant),
+        ).fetchall()
+        return [row[0] for row in rows]
+
+    # --- messages ------------------------------------------------------------------------
+
+    def window(self, tenant: str, agent_id: str, counter: str) -> list[Message]:
+        """The in-context messages in order; the system message carries the stored prompt.
+
+        A message counted by another tokenizer than `counter` comes back with tokens = -1.
+        """
+        rows = self._c.execute(
+            f"SELECT {MESSAGE_COLUMNS} FROM context_window w"
+            " JOIN messages m ON m.id = w.message_id"
+            " LEFT JOIN agent_prompts p ON p.agent_id = m.agent_id"
+            " WHERE w.agent_id = ? AND m.tenant = ? ORDER BY w.position",
+            (agent_id, tenant),
+        ).fetchall()
+        return [message_row(row, counter) for row in rows]
+
+    def get_messages(self, tenant: str, message_ids: Sequence[str]) -> list[Message]:
+        """Messages by id, in the order given (unknown ids skipped)."""
+        found: dict[str, Message] = {}
+        for chunk in chunks(message_ids):
+            marks = ",".join("?" * len(chunk))
+            for row in self._c.execute(
+                f"SELECT {MESSAGE_COLUMNS} FROM {MESSAGE_FROM}"
+                f" WHERE m.tenant = ? AND m.id IN ({marks})",
+                [tenant, *chunk],
+            ):
+                found[row[0]] = message_row(row)
+        return [found[m] for m in message_ids if m in found]
+
+    def list_messages(
+        self,
+        tenant: str,
+        agent_id: str,
+        *,
+        after: int,
+        limit: int,
+        roles: Sequence[str],
+        start: float | None,
+        end: float | None,
+        newest_first: bool,
+    ) -> list[tuple[int, Message]]:
+        """A page of an agent's history; `after` is the last row key seen (0 to start)."""
+        where = ["m.agent_id = ?", "m.tenant = ?"]
+        params: list[Any] = [agent_id, tenant]
+        if after:
+            where.append("m.rowkey < ?" if newest_first else "m.rowkey > ?")
+            params.append(after)
+        if roles:
+            where.append(f"m.role IN ({','.join('?' * len(roles))})")
+            params.extend(roles)
+        if start is not None:
+            where.append("m.created_at >= ?")
+            params.append(start)
+        if end is not None:
+            where.append("m.created_at < ?")
+            params.append(end)
+        order = "DESC" if newest_first else "ASC"
+        rows = self._c.execute(
+            f"SELECT {MESSAGE_COLUMNS} FROM {MESSAGE_FROM} WHERE {' AND '.join(where)}"
+            f" ORDER BY m.rowkey {order} LIMIT ?",
+            [*params, limit],
+        ).fetchall()
+        return [(row[10], message_row(row)) for row in rows]
+
+    def get_step(self, agent_id: str, step_id: str) -> StepRecord | None:
+        """A committed step, or None."""
+        row = self._c.execute(
+            "SELECT request_hash, message_ids, context_version, created_at FROM steps"
+            " WHERE agent_id = ? AND step_id = ?",
+            (agent_id, step_id),
+        ).fetchone()
+        if row is None:
+            return None
+        return StepRecord(agent_id, step_id, row[0], tuple(json.loads(row[1])), row[2], row[3])
+
+    def get_plan(self, tenant: str, plan_id: str) -> CompactionPlan | None:
+        """A compaction plan, or None."""
+        row = self._c.execute(
+            "SELECT agent_id, base_context_version, message_ids, created_at, applied_at"
+            " FROM compaction_plans WHERE plan_id = ? AND tenant = ?",
+            (plan_id, tenant),
+        ).fetchone()
+        if row is None:
+            return None
+        return CompactionPlan(
+            plan_id, tenant, row[0], row[1], tuple(json.loads(row[2])), row[3], row[4]
+        )
