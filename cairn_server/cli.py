@@ -49,6 +49,17 @@ def cmd_state_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_recall_serve(args: argparse.Namespace) -> int:
+    """Runs the recall service in this process."""
+    from cairn_server import log
+    from recall_service.server import serve, settings_from_args
+
+    settings = settings_from_args(args)
+    log.configure(settings.log_level)
+    asyncio.run(serve(settings))
+    return 0
+
+
 def ensure_admin_key(data_dir: Path) -> str | None:
     """On a data directory without keys, creates an admin key for tenant 'default' and
     saves it (mode 0600) to `admin.key`, so the CLI on this machine can use it."""
@@ -83,6 +94,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         common.append("--insecure-local")
     services = [
         ("state", [sys.executable, "-m", "state_service", *common, "--port", str(args.state_port)]),
+        (
+            "recall",
+            [sys.executable, "-m", "recall_service", *common, "--port", str(args.recall_port)],
+        ),
     ]
     children = [subprocess.Popen(cmd) for _, cmd in services]
     names = ", ".join(
@@ -176,6 +191,7 @@ def cmd_keys_revoke(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The whole command tree."""
     from cairn_server import cli_client
+    from recall_service.server import add_flags as add_recall_flags
     from state_service.server import add_flags as add_state_flags
 
     parser = argparse.ArgumentParser(prog="cairn", description="Cairn: memory for LLM agents.")
@@ -185,6 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--data-dir", help="data directory (env CAIRN_DATA_DIR; default ~/.cairn)")
     up.add_argument("--host", default="127.0.0.1")
     up.add_argument("--state-port", type=int, default=50051)
+    up.add_argument("--recall-port", type=int, default=50052)
     up.add_argument("--insecure-local", action="store_true", help="serve without API keys")
     up.set_defaults(func=cmd_up)
 
@@ -193,6 +210,12 @@ def build_parser() -> argparse.ArgumentParser:
     state_serve = state_sub.add_parser("serve", help="run the state service")
     add_state_flags(state_serve)
     state_serve.set_defaults(func=cmd_state_serve)
+
+    recall = sub.add_parser("recall", help="the recall service")
+    recall_sub = recall.add_subparsers(dest="recall_command", required=True)
+    recall_serve = recall_sub.add_parser("serve", help="run the recall service")
+    add_recall_flags(recall_serve)
+    recall_serve.set_defaults(func=cmd_recall_serve)
 
     keys = sub.add_parser("keys", help="API keys")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)

@@ -30,3 +30,10 @@ def rpc_error(fn: Any, *args: Any, **kwargs: Any) -> grpc.RpcError:
 def block(label: str, value: str = "", **kw: Any) -> state_pb2.Block:
     """A block spec."""
     return state_pb2.Block(label=label, value=value, **kw)
+
+
+def recall_client(channel: grpc.Channel, key: str | None) -> Any:
+    """A RecallService stub bound to a key."""
+    from cairn.v1 import recall_pb2_grpc
+
+    return Keyed(recall_pb2_grpc.RecallServiceStub(channel), key)

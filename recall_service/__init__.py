@@ -1,0 +1,1 @@
+"""Recall service: shared, hash-chained record streams and hybrid search over them."""

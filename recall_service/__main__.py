@@ -1,0 +1,5 @@
+"""`python -m recall_service`."""
+
+from recall_service.server import main
+
+main()

@@ -1,0 +1,40 @@
+"""Appending to a stream: seal drafts into records, grow the Merkle tree, sign a checkpoint.
+
+Runs inside the store's `append` unit of work, which holds the stream's append lock, so the
+stream's head read at its start is still the head when the records are inserted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from recall_service import merkle
+from recall_service.canonical import seal
+from recall_service.core import Deps
+from recall_service.models import Checkpoint, Draft, Record, Stream
+from recall_service.store.base import LogTx, StreamHead
+
+
+def append_drafts(
+    deps: Deps, tx: LogTx, stream: Stream, drafts: Sequence[Draft]
+) -> tuple[Stream, list[Record], Checkpoint]:
+    """Appends `drafts` in order at seqs size+1, size+2, …; returns the stream as it is now,
+    the new records and the signed checkpoint of the new size.
+
+    Times never go backwards along a stream: a record's time is at least its predecessor's.
+    """
+    now = max(deps.clock(), stream.last_time)
+    coords = merkle.peak_coords(stream.size)
+    stored = tx.nodes(stream, coords)
+    peaks = [stored[c] for c in coords]
+    previous = stream.head
+    records: list[Record] = []
+    for offset, draft in enumerate(drafts, start=1):
+        record = seal(draft, stream.id, stream.size + offset, now, deps.salt(), previous)
+        previous = record.chain_hash
+        records.append(record)
+    peaks, size, nodes = merkle.append(peaks, stream.size, [r.leaf_hash for r in records])
+    root = merkle.root_of_peaks(peaks)
+    checkpoint = deps.signer.checkpoint(stream.tenant, stream.id, size, root, previous, now)
+    stream = tx.append(stream, records, nodes, StreamHead(size, previous, root, now), checkpoint)
+    return stream, records, checkpoint

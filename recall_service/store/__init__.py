@@ -1,0 +1,1 @@
+"""Where the recall log lives: the `LogStore` interface and its embedded SQLite store."""
