@@ -34,7 +34,7 @@ def redact(
         assert target is not None, "seqs are gap-free"
         if target.kind is not RecordKind.MESSAGE:
             raise FailedPrecondition(
-                f"record {seq} is a {target.kind.name} record; only MESSAGE records can be redacted"
+                f"only MESSAGE records can be redacted; record {seq} is of kind {target.kind.name}"
             )
         if target.redacted:
             raise FailedPrecondition(
