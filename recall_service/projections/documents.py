@@ -1,0 +1,166 @@
+"""What a record contributes to the search indexes.
+
+`IndexedRecord` is the input the indexer feeds both lanes. `indexed_texts` decides, as a pure
+function of the records of one stream and explicit `TextSettings`, the text each record is
+indexed under: its own normalised content (the *body*), optionally prefixed by its author, and
+optionally a *context* made of the session date and neighbouring turns of the same stream.
+Nothing here knows about any particular dataset.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import unicodedata
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+# One fixed namespace so that point ids are stable across processes, machines and versions.
+_POINT_NAMESPACE = uuid.UUID("6f1d3c2a-7a8e-4b6f-9a51-2c0e5b8d4e10")
+_MARKER_NAMESPACE = uuid.UUID("0b7f6a49-3d2c-4e1a-8f57-9d6c1e2a4b30")
+
+_QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})
+_SPACE = re.compile(r"\s+")
+_WORD = re.compile(r"[^\W_]+")
+
+# A general-purpose English stop-word list (127 function words, after NLTK's): words
+# that carry no subject. Tantivy's built-in list (Lucene's 33 words) leaves question words
+# such as "what", "did", "how" to dilute long queries.
+_STOPWORD_TEXT = """i me my myself we our ours ourselves you your yours yourself yourselves he
+    him his himself she her hers herself it its itself they them their theirs themselves what which
+    who whom this that these those am is are was were be been being have has had having do
+    does did doing a an the and but if or because as until while of at by for with about
+    against between into through during before after above below to from up down in out on
+    off over under again further then once here there when where why how all any both each
+    few more most other some such no nor not only own same so than too very s t can will
+    just don should now"""
+ENGLISH_STOPWORDS: tuple[str, ...] = tuple(_STOPWORD_TEXT.split())
+_STOP_SET = frozenset(ENGLISH_STOPWORDS)
+
+
+@dataclass(frozen=True, slots=True)
+class IndexedRecord:
+    """One log record as the projections see it.
+
+    `author` is the record's `source_agent_id`; `created_at` is epoch seconds (UTC);
+    `vector` is a client-supplied embedding, when the stream uses client vectors.
+    """
+
+    tenant: str
+    stream_id: str
+    seq: int
+    author: str
+    created_at: float
+    text: str
+    tags: tuple[str, ...] = ()
+    metadata: Mapping[str, str] | None = None
+    vector: tuple[float, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TextSettings:
+    """What goes into a record's indexed text. Every option is off-able and measured.
+
+    - `with_author`: prefix the body with `"<author>: "`, so a question naming a person
+      matches what that person said.
+    - `with_date`: add the record's UTC date (`"8 May 2023"`) to the context.
+    - `neighbours_before` / `neighbours_after`: how many adjacent records of the same stream
+      (by seq) join the context, each cut to `neighbour_max_chars` characters.
+    """
+
+    with_author: bool = True
+    with_date: bool = False
+    neighbours_before: int = 0
+    neighbours_after: int = 0
+    neighbour_max_chars: int = 400
+
+
+@dataclass(frozen=True, slots=True)
+class IndexedText:
+    """The text one record is indexed under: its own body and the surrounding context."""
+
+    body: str
+    context: str = ""
+
+    def joined(self) -> str:
+        """Body and context as one text (for lanes with a single field)."""
+        return f"{self.body}\n{self.context}" if self.context else self.body
+
+
+def normalise(text: str) -> str:
+    """Canonical text: NFKC, straight quotes, no control characters, single spaces."""
+    text = unicodedata.normalize("NFKC", text).translate(_QUOTES)
+    text = "".join(ch if ch.isprintable() else " " for ch in text)
+    return _SPACE.sub(" ", text).strip()
+
+
+def format_date(epoch_seconds: float) -> str:
+    """`"8 May 2023"` for an epoch time, in UTC."""
+    t = time.gmtime(epoch_seconds)
+    return f"{t.tm_mday} {time.strftime('%B', t)} {t.tm_year}"
+
+
+def body_text(record: IndexedRecord, settings: TextSettings) -> str:
+    """A record's own text, normalised, with its author when the settings ask for it."""
+    text = normalise(record.text)
+    if settings.with_author and record.author:
+        return f"{normalise(record.author)}: {text}"
+    return text
+
+
+def indexed_texts(records: Sequence[IndexedRecord], settings: TextSettings) -> list[IndexedText]:
+    """The indexed text of each record, in input order.
+
+    Neighbours are taken among `records` themselves: the records of the same stream whose seqs
+    are the nearest below (up to `neighbours_before`) and above (up to `neighbours_after`).
+    The caller passes a window wide enough to hold them (the indexer reads that many extra
+    records around a batch).
+    """
+    by_stream: dict[str, list[IndexedRecord]] = {}
+    for record in records:
+        by_stream.setdefault(record.stream_id, []).append(record)
+    position: dict[tuple[str, int], int] = {}
+    for stream_records in by_stream.values():
+        stream_records.sort(key=lambda r: r.seq)
+        for i, record in enumerate(stream_records):
+            position[(record.stream_id, record.seq)] = i
+    out = []
+    for record in records:
+        ordered = by_stream[record.stream_id]
+        i = position[(record.stream_id, record.seq)]
+        before = ordered[max(0, i - settings.neighbours_before) : i]
+        after = ordered[i + 1 : i + 1 + settings.neighbours_after]
+        parts = []
+        if settings.with_date:
+            parts.append(format_date(record.created_at))
+        parts.extend(
+            body_text(n, settings)[: settings.neighbour_max_chars] for n in (*before, *after)
+        )
+        out.append(IndexedText(body=body_text(record, settings), context="\n".join(parts)))
+    return out
+
+
+def point_id(stream_id: str, seq: int) -> str:
+    """The stable id (a UUID string) of a record's entry in any index."""
+    return str(uuid.uuid5(_POINT_NAMESPACE, f"{stream_id}\x00{seq}"))
+
+
+def marker_id(stream_id: str) -> str:
+    """The stable id of the entry holding a stream's last applied seq."""
+    return str(uuid.uuid5(_MARKER_NAMESPACE, stream_id))
+
+
+@dataclass(frozen=True, slots=True)
+class RecordKey:
+    """A record's identity across the indexes."""
+
+    stream_id: str
+    seq: int
+
+
+def content_terms(text: str) -> frozenset[str]:
+    """The lowercase words of `text` that carry subject: no stop words, no single letters."""
+    return frozenset(
+        w for w in _WORD.findall(normalise(text).lower()) if len(w) > 1 and w not in _STOP_SET
+    )

@@ -1,0 +1,58 @@
+"""The one filter both search lanes apply, and its meaning as a plain predicate.
+
+A filter always names the tenant and at least one stream: the service decides which streams
+the caller may read and passes them here, so no lane ever searches "everything".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cairn_server.errors import InvalidArgument
+from recall_service.projections.documents import IndexedRecord
+
+
+@dataclass(frozen=True, slots=True)
+class SearchFilter:
+    """Which records a search may return.
+
+    - `tenant`, `stream_ids`: required; a record matches only inside them.
+    - `authors`: when given, the record's author is one of them.
+    - `start` / `end`: `start <= created_at < end` (epoch seconds), each bound optional.
+    - `tags_any`: the record has at least one of these tags; `tags_all`: it has all of them.
+    """
+
+    tenant: str
+    stream_ids: tuple[str, ...]
+    authors: tuple[str, ...] = ()
+    start: float | None = None
+    end: float | None = None
+    tags_any: tuple[str, ...] = ()
+    tags_all: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.tenant:
+            raise InvalidArgument("filter.tenant", "a search must name its tenant")
+        if not self.stream_ids or any(not s for s in self.stream_ids):
+            raise InvalidArgument(
+                "filter.stream_ids", "a search must name at least one stream, none empty"
+            )
+        if self.start is not None and self.end is not None and self.end < self.start:
+            raise InvalidArgument(
+                "filter.end", f"the end {self.end} is before the start {self.start}"
+            )
+
+
+def matches(flt: SearchFilter, record: IndexedRecord) -> bool:
+    """True when `record` passes `flt`: the reference semantics every lane must reproduce."""
+    if record.tenant != flt.tenant or record.stream_id not in flt.stream_ids:
+        return False
+    if flt.authors and record.author not in flt.authors:
+        return False
+    if flt.start is not None and record.created_at < flt.start:
+        return False
+    if flt.end is not None and record.created_at >= flt.end:
+        return False
+    if flt.tags_any and not set(flt.tags_any) & set(record.tags):
+        return False
+    return set(flt.tags_all) <= set(record.tags)

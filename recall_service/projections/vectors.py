@@ -1,0 +1,422 @@
+"""The vector lane: one `VectorIndex` interface, two Qdrant adapters.
+
+- `QdrantEdgeIndex`: Qdrant's engine in-process (`qdrant-edge-py`), data under a directory.
+- `QdrantClientIndex`: `qdrant-client` against a Qdrant server, or its local/in-memory mode.
+
+Each record is a point whose id is `documents.point_id(stream_id, seq)`, so writing a record
+twice replaces it. A stream's last applied seq is a payload-only point (no vector, no tenant,
+so no search can return it) placed last in the same upsert as the records it covers: Qdrant
+Edge logs the whole upsert as one WAL entry and replays it whole after a crash; a server
+applies one request as one operation; the local mode persists points in order. In every case
+the marker is never ahead of the data, and re-applying after a crash only overwrites.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import qdrant_edge as edge
+from qdrant_client import QdrantClient
+from qdrant_client import models as qm
+
+from cairn_server.errors import FailedPrecondition, InvalidArgument
+from recall_service.projections.documents import IndexedRecord, RecordKey, marker_id, point_id
+from recall_service.projections.embedders import Vectors
+from recall_service.projections.filters import SearchFilter
+from recall_service.projections.hits import LaneHit
+
+VECTOR_NAME = "dense"
+_KEYWORD_FIELDS = ("tenant", "stream", "author", "tags", "marker_stream")
+
+
+class VectorIndex(Protocol):
+    """A vector index of records with filtered nearest-neighbour search."""
+
+    @property
+    def dim(self) -> int:
+        """The dimension of every stored vector."""
+        ...
+
+    def upsert(
+        self, records: Sequence[IndexedRecord], vectors: Vectors, marks: Mapping[str, int]
+    ) -> None:
+        """Writes `records` with their vectors, then moves the streams' markers to `marks`."""
+        ...
+
+    def delete(self, stream_id: str, seqs: Iterable[int], marks: Mapping[str, int]) -> None:
+        """Removes records (a redaction), then moves the markers to `marks`."""
+        ...
+
+    def last_applied(self, stream_id: str) -> int:
+        """The last seq of `stream_id` durably applied here (0 when none)."""
+        ...
+
+    def search(self, vector: Vectors, top_k: int, flt: SearchFilter) -> list[LaneHit]:
+        """The `top_k` records passing `flt` nearest to `vector` (cosine), best first."""
+        ...
+
+    def count(self, flt: SearchFilter) -> int:
+        """How many records pass `flt`."""
+        ...
+
+    def reset(self) -> None:
+        """Removes every record and marker (before a rebuild from the log)."""
+        ...
+
+    def close(self) -> None:
+        """Makes everything durable and releases the index."""
+        ...
+
+
+def payload(record: IndexedRecord) -> dict[str, Any]:
+    """The stored fields a record's point carries: identity and everything filters use."""
+    return {
+        "tenant": record.tenant,
+        "stream": record.stream_id,
+        "seq": record.seq,
+        "author": record.author,
+        "created_at": float(record.created_at),
+        "tags": list(record.tags),
+    }
+
+
+def _check_batch(index: VectorIndex, records: Sequence[IndexedRecord], vectors: Vectors) -> None:
+    if vectors.shape != (len(records), index.dim):
+        raise InvalidArgument(
+            "vectors", f"expected shape ({len(records)}, {index.dim}), got {vectors.shape}"
+        )
+
+
+def _query_vector(index: VectorIndex, vector: Vectors) -> list[float]:
+    flat = np.asarray(vector, dtype=np.float32).reshape(-1)
+    if flat.shape[0] != index.dim:
+        raise InvalidArgument("vector", f"must have {index.dim} dimensions, got {flat.shape[0]}")
+    return [float(x) for x in flat]
+
+
+def _hit(payload_: Mapping[str, Any] | None, score: float) -> LaneHit:
+    assert payload_ is not None
+    return LaneHit(key=RecordKey(str(payload_["stream"]), int(payload_["seq"])), score=score)
+
+
+# -- Qdrant Edge --------------------------------------------------------------------------
+
+
+def _edge_filter(flt: SearchFilter) -> edge.Filter:
+    def any_of(key: str, values: Sequence[str]) -> edge.FieldCondition:
+        match: Any = edge.MatchValue(values[0]) if len(values) == 1 else edge.MatchAny(list(values))
+        return edge.FieldCondition(key=key, match=match)
+
+    must: list[Any] = [any_of("tenant", [flt.tenant]), any_of("stream", flt.stream_ids)]
+    if flt.authors:
+        must.append(any_of("author", flt.authors))
+    if flt.start is not None or flt.end is not None:
+        must.append(
+            edge.FieldCondition(key="created_at", range=edge.RangeFloat(gte=flt.start, lt=flt.end))
+        )
+    if flt.tags_any:
+        must.append(any_of("tags", flt.tags_any))
+    must.extend(any_of("tags", [tag]) for tag in flt.tags_all)
+    return edge.Filter(must=must)
+
+
+class QdrantEdgeIndex:
+    """Qdrant Edge: the Qdrant engine in-process, its shard under `path`."""
+
+    def __init__(self, path: Path, dim: int) -> None:
+        self._path = path
+        self._dim = dim
+        self._marks: dict[str, int] = {}
+        self._shard = self._open()
+
+    def _open(self) -> edge.EdgeShard:
+        if (self._path / "edge_config.json").exists():
+            shard = edge.EdgeShard.load(str(self._path))
+            stored = shard_dim(self._path)
+            if stored != self._dim:
+                shard.close()
+                raise FailedPrecondition(
+                    f"the vector index at {self._path} holds {stored}-dim vectors, not "
+                    f"{self._dim}: reindex after changing the embedder"
+                )
+            return shard
+        config = edge.EdgeConfig(
+            vectors={
+                VECTOR_NAME: edge.EdgeVectorParams(size=self._dim, distance=edge.Distance.Cosine)
+            }
+        )
+        shard = edge.EdgeShard.create(str(self._path), config)
+        for name in _KEYWORD_FIELDS:
+            params = edge.KeywordIndexParams(is_tenant=True) if name == "tenant" else None
+            shard.update(
+                edge.UpdateOperation.create_field_index(
+                    name, params if params is not None else edge.PayloadSchemaType.Keyword
+                )
+            )
+        shard.update(
+            edge.UpdateOperation.create_field_index("created_at", edge.PayloadSchemaType.Float)
+        )
+        shard.update(edge.UpdateOperation.create_field_index("seq", edge.PayloadSchemaType.Integer))
+        return shard
+
+    @property
+    def dim(self) -> int:
+        """The dimension of every stored vector."""
+        return self._dim
+
+    def upsert(
+        self, records: Sequence[IndexedRecord], vectors: Vectors, marks: Mapping[str, int]
+    ) -> None:
+        """Records and markers in one upsert: one WAL entry, applied whole or not at all."""
+        _check_batch(self, records, vectors)
+        points = [
+            edge.Point(
+                id=point_id(r.stream_id, r.seq),
+                vector={VECTOR_NAME: vectors[i].tolist()},
+                payload=payload(r),
+            )
+            for i, r in enumerate(records)
+        ]
+        points.extend(self._marker_points(marks))
+        if points:
+            self._shard.update(edge.UpdateOperation.upsert_points(points))
+        self._marks.update(marks)
+
+    def _marker_points(self, marks: Mapping[str, int]) -> list[edge.Point]:
+        return [
+            edge.Point(id=marker_id(s), vector={}, payload={"marker_stream": s, "seq": seq})
+            for s, seq in marks.items()
+        ]
+
+    def delete(self, stream_id: str, seqs: Iterable[int], marks: Mapping[str, int]) -> None:
+        """Deletes the points, then (a later WAL entry) moves the markers."""
+        ids: list[Any] = [point_id(stream_id, seq) for seq in seqs]
+        if ids:
+            self._shard.update(edge.UpdateOperation.delete_points(ids))
+        if marks:
+            self._shard.update(edge.UpdateOperation.upsert_points(self._marker_points(marks)))
+        self._marks.update(marks)
+
+    def last_applied(self, stream_id: str) -> int:
+        """The stream's marker, read from the shard once and then tracked."""
+        if stream_id not in self._marks:
+            found = self._shard.retrieve([marker_id(stream_id)], True, False)
+            self._marks[stream_id] = (
+                int(found[0].payload["seq"]) if found and found[0].payload else 0
+            )
+        return self._marks[stream_id]
+
+    def search(self, vector: Vectors, top_k: int, flt: SearchFilter) -> list[LaneHit]:
+        """Filtered nearest neighbours by cosine similarity."""
+        query = _query_vector(self, vector)
+        if top_k < 1:
+            return []
+        found = self._shard.search(
+            edge.SearchRequest(
+                query=edge.Query.Nearest(query, using=VECTOR_NAME),
+                limit=top_k,
+                filter=_edge_filter(flt),
+                with_payload=["stream", "seq"],
+                with_vector=False,
+            )
+        )
+        return [_hit(p.payload, float(p.score)) for p in found]
+
+    def count(self, flt: SearchFilter) -> int:
+        """How many records pass `flt`."""
+        return int(self._shard.count(edge.CountRequest(exact=True, filter=_edge_filter(flt))))
+
+    def optimize(self) -> bool:
+        """Builds HNSW and payload indexes over sealed segments (blocking)."""
+        return bool(self._shard.optimize())
+
+    def flush(self) -> None:
+        """Writes every applied change into the segments (the WAL already holds them)."""
+        self._shard.flush()
+
+    def reset(self) -> None:
+        """Deletes the shard's directory and starts an empty one."""
+        self._shard.close()
+        shutil.rmtree(self._path)
+        self._marks.clear()
+        self._shard = self._open()
+
+    def close(self) -> None:
+        """Flushes and closes the shard."""
+        self._shard.flush()
+        self._shard.close()
+
+
+def shard_dim(path: Path) -> int:
+    """The dense vector size recorded in an Edge shard's configuration."""
+    import json
+
+    config = json.loads((path / "edge_config.json").read_text())
+    return int(config["vectors"][VECTOR_NAME]["size"])
+
+
+# -- qdrant-client ------------------------------------------------------------------------
+
+
+def _client_filter(flt: SearchFilter) -> qm.Filter:
+    def any_of(key: str, values: Sequence[str]) -> qm.FieldCondition:
+        match: Any = (
+            qm.MatchValue(value=values[0]) if len(values) == 1 else qm.MatchAny(any=list(values))
+        )
+        return qm.FieldCondition(key=key, match=match)
+
+    must: list[Any] = [any_of("tenant", [flt.tenant]), any_of("stream", flt.stream_ids)]
+    if flt.authors:
+        must.append(any_of("author", flt.authors))
+    if flt.start is not None or flt.end is not None:
+        must.append(qm.FieldCondition(key="created_at", range=qm.Range(gte=flt.start, lt=flt.end)))
+    if flt.tags_any:
+        must.append(any_of("tags", flt.tags_any))
+    must.extend(any_of("tags", [tag]) for tag in flt.tags_all)
+    return qm.Filter(must=must)
+
+
+class QdrantClientIndex:
+    """A collection on a Qdrant server (or in `qdrant-client`'s local mode)."""
+
+    def __init__(self, client: QdrantClient, collection: str, dim: int) -> None:
+        self._client = client
+        self._collection = collection
+        self._dim = dim
+        self._marks: dict[str, int] = {}
+        self._ensure_collection()
+
+    @classmethod
+    def connect(
+        cls,
+        collection: str,
+        dim: int,
+        url: str | None = None,
+        api_key: str | None = None,
+        path: Path | None = None,
+    ) -> QdrantClientIndex:
+        """A server at `url`; else the local mode persisted under `path`; else in memory."""
+        if url is not None:
+            client = QdrantClient(url=url, api_key=api_key)
+        elif path is not None:
+            client = QdrantClient(path=str(path))
+        else:
+            client = QdrantClient(location=":memory:")
+        return cls(client, collection, dim)
+
+    def _ensure_collection(self) -> None:
+        if self._client.collection_exists(self._collection):
+            info = self._client.get_collection(self._collection)
+            params: Any = info.config.params.vectors
+            stored = int(params[VECTOR_NAME].size)
+            if stored != self._dim:
+                raise FailedPrecondition(
+                    f"collection '{self._collection}' holds {stored}-dim vectors, not "
+                    f"{self._dim}: reindex after changing the embedder"
+                )
+            return
+        self._client.create_collection(
+            self._collection,
+            vectors_config={
+                VECTOR_NAME: qm.VectorParams(size=self._dim, distance=qm.Distance.COSINE)
+            },
+        )
+        if self._client.init_options.get("location") == ":memory:" or self._client.init_options.get(
+            "path"
+        ):
+            return  # the local mode has no payload indexes
+        for name in _KEYWORD_FIELDS:
+            schema: Any = (
+                qm.KeywordIndexParams(type=qm.KeywordIndexType.KEYWORD, is_tenant=True)
+                if name == "tenant"
+                else qm.PayloadSchemaType.KEYWORD
+            )
+            self._client.create_payload_index(self._collection, name, schema)
+        self._client.create_payload_index(
+            self._collection, "created_at", qm.PayloadSchemaType.FLOAT
+        )
+        self._client.create_payload_index(self._collection, "seq", qm.PayloadSchemaType.INTEGER)
+
+    @property
+    def dim(self) -> int:
+        """The dimension of every stored vector."""
+        return self._dim
+
+    def _marker_points(self, marks: Mapping[str, int]) -> list[qm.PointStruct]:
+        return [
+            qm.PointStruct(id=marker_id(s), vector={}, payload={"marker_stream": s, "seq": seq})
+            for s, seq in marks.items()
+        ]
+
+    def upsert(
+        self, records: Sequence[IndexedRecord], vectors: Vectors, marks: Mapping[str, int]
+    ) -> None:
+        """Records then markers, in one request; `wait=True` returns once applied."""
+        _check_batch(self, records, vectors)
+        points = [
+            qm.PointStruct(
+                id=point_id(r.stream_id, r.seq),
+                vector={VECTOR_NAME: vectors[i].tolist()},
+                payload=payload(r),
+            )
+            for i, r in enumerate(records)
+        ]
+        points.extend(self._marker_points(marks))
+        if points:
+            self._client.upsert(self._collection, points=points, wait=True)
+        self._marks.update(marks)
+
+    def delete(self, stream_id: str, seqs: Iterable[int], marks: Mapping[str, int]) -> None:
+        """Deletes the points, then moves the markers."""
+        ids: list[Any] = [point_id(stream_id, seq) for seq in seqs]
+        if ids:
+            self._client.delete(
+                self._collection, points_selector=qm.PointIdsList(points=ids), wait=True
+            )
+        if marks:
+            self._client.upsert(self._collection, points=self._marker_points(marks), wait=True)
+        self._marks.update(marks)
+
+    def last_applied(self, stream_id: str) -> int:
+        """The stream's marker, read once and then tracked."""
+        if stream_id not in self._marks:
+            found = self._client.retrieve(self._collection, [marker_id(stream_id)])
+            self._marks[stream_id] = (
+                int(found[0].payload["seq"]) if found and found[0].payload else 0
+            )
+        return self._marks[stream_id]
+
+    def search(self, vector: Vectors, top_k: int, flt: SearchFilter) -> list[LaneHit]:
+        """Filtered nearest neighbours by cosine similarity."""
+        query = _query_vector(self, vector)
+        if top_k < 1:
+            return []
+        response = self._client.query_points(
+            self._collection,
+            query=query,
+            using=VECTOR_NAME,
+            query_filter=_client_filter(flt),
+            limit=top_k,
+            with_payload=["stream", "seq"],
+        )
+        return [_hit(p.payload, float(p.score)) for p in response.points]
+
+    def count(self, flt: SearchFilter) -> int:
+        """How many records pass `flt`."""
+        return int(
+            self._client.count(self._collection, count_filter=_client_filter(flt), exact=True).count
+        )
+
+    def reset(self) -> None:
+        """Drops and recreates the collection."""
+        self._client.delete_collection(self._collection)
+        self._marks.clear()
+        self._ensure_collection()
+
+    def close(self) -> None:
+        """Closes the client (the local mode persists on every write)."""
+        self._client.close()

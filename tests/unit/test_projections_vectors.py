@@ -1,0 +1,57 @@
+"""Vector-lane specifics: dimensions are checked, on writes, queries and reopening."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cairn_server.errors import FailedPrecondition, InvalidArgument
+from recall_service.projections.documents import IndexedRecord, RecordKey
+from recall_service.projections.embedders import normalise_rows
+from recall_service.projections.filters import SearchFilter
+from recall_service.projections.vectors import QdrantClientIndex, QdrantEdgeIndex, VectorIndex
+
+ALL = SearchFilter("t", ("s",))
+
+
+def records(n: int) -> list[IndexedRecord]:
+    return [IndexedRecord("t", "s", i, "ana", float(i), f"r{i}") for i in range(1, n + 1)]
+
+
+@pytest.fixture(params=["edge", "qdrant-client"])
+def index(request: pytest.FixtureRequest, tmp_path: Path) -> VectorIndex:
+    if request.param == "edge":
+        return QdrantEdgeIndex(tmp_path / "edge", 3)
+    return QdrantClientIndex.connect("records", 3)
+
+
+def test_nearest_neighbour_comes_first_with_cosine_score(index: VectorIndex) -> None:
+    vectors = normalise_rows([[1, 0, 0], [0, 1, 0], [1, 1, 0]])
+    index.upsert(records(3), vectors, {"s": 3})
+    hits = index.search(normalise_rows([[1, 0.1, 0]])[0], 3, ALL)
+    assert [h.key for h in hits] == [RecordKey("s", 1), RecordKey("s", 3), RecordKey("s", 2)]
+    assert hits[0].score == pytest.approx(1 / np.sqrt(1.01), abs=1e-5)
+
+
+def test_a_batch_of_the_wrong_shape_is_refused(index: VectorIndex) -> None:
+    with pytest.raises(InvalidArgument, match=r"vectors: expected shape \(2, 3\), got \(2, 4\)"):
+        index.upsert(records(2), np.zeros((2, 4), dtype=np.float32), {})
+
+
+def test_a_query_of_the_wrong_dimension_is_refused(index: VectorIndex) -> None:
+    with pytest.raises(InvalidArgument, match="vector: must have 3 dimensions, got 2"):
+        index.search(np.zeros(2, dtype=np.float32), 3, ALL)
+
+
+def test_edge_refuses_to_reopen_with_another_dimension(tmp_path: Path) -> None:
+    QdrantEdgeIndex(tmp_path / "edge", 3).close()
+    with pytest.raises(FailedPrecondition, match="holds 3-dim vectors, not 5: reindex"):
+        QdrantEdgeIndex(tmp_path / "edge", 5)
+
+
+def test_client_refuses_a_collection_of_another_dimension(tmp_path: Path) -> None:
+    QdrantClientIndex.connect("records", 3, path=tmp_path).close()
+    with pytest.raises(FailedPrecondition, match="holds 3-dim vectors, not 5: reindex"):
+        QdrantClientIndex.connect("records", 5, path=tmp_path)
