@@ -1,7 +1,8 @@
 """Appending to a stream: seal drafts into records, grow the Merkle tree, sign a checkpoint.
 
 Runs inside the store's `append` unit of work, which holds the stream's append lock, so the
-stream's head read at its start is still the head when the records are inserted.
+stream's head read at its start is still the head when the records are inserted. The stream
+row carries the tree's frontier (its peaks), so an append reads no Merkle nodes at all.
 """
 
 from __future__ import annotations
@@ -24,17 +25,15 @@ def append_drafts(
     Times never go backwards along a stream: a record's time is at least its predecessor's.
     """
     now = max(deps.clock(), stream.last_time)
-    coords = merkle.peak_coords(stream.size)
-    stored = tx.nodes(stream, coords)
-    peaks = [stored[c] for c in coords]
     previous = stream.head
     records: list[Record] = []
     for offset, draft in enumerate(drafts, start=1):
         record = seal(draft, stream.id, stream.size + offset, now, deps.salt(), previous)
         previous = record.chain_hash
         records.append(record)
-    peaks, size, nodes = merkle.append(peaks, stream.size, [r.leaf_hash for r in records])
+    peaks, size, nodes = merkle.append(stream.frontier, stream.size, [r.leaf_hash for r in records])
     root = merkle.root_of_peaks(peaks)
     checkpoint = deps.signer.checkpoint(stream.tenant, stream.id, size, root, previous, now)
-    stream = tx.append(stream, records, nodes, StreamHead(size, previous, root, now), checkpoint)
+    head = StreamHead(size, previous, root, now, tuple(peaks))
+    stream = tx.append(stream, records, nodes, head, checkpoint)
     return stream, records, checkpoint

@@ -54,6 +54,7 @@ class Stream:
     head: bytes
     root: bytes
     last_time: int
+    frontier: tuple[bytes, ...] = ()  # the Merkle tree's peaks, left to right
 
 
 @dataclass(frozen=True, slots=True)

@@ -144,9 +144,17 @@ def verify_log(
                     f"recorded size {stream.size}",
                 )
             )
-        elif stream.head != chain or stream.root != root:
+        elif (
+            stream.head != chain
+            or stream.root != root
+            or list(stream.frontier) != [node(*c) for c in merkle.peak_coords(n)]
+        ):
             failures.append(
-                (max(n, 1), "the stream's recorded chain head or root does not match its records")
+                (
+                    max(n, 1),
+                    "the stream's recorded chain head, root or Merkle frontier does not match "
+                    "its records",
+                )
             )
     failures.extend(_node_failures(nodes, levels, n, stopped))
     checked = _checkpoint_failures(checkpoints, heads, node, n, stopped, signature_ok, failures)

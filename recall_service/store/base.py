@@ -43,6 +43,7 @@ class StreamHead:
     head: bytes
     root: bytes
     last_time: int
+    frontier: tuple[bytes, ...]
 
 
 class LogReader(Protocol):

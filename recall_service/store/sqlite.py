@@ -32,7 +32,8 @@ from recall_service.store.base import RecordQuery, StreamHead
 LOG_FILE = "recall.sqlite3"
 
 _STREAM_COLUMNS = (
-    "rowkey, tenant, id, kind, created_by, created_at, genesis, size, head, root, last_time"
+    "rowkey, tenant, id, kind, created_by, created_at, genesis, size, head, root, last_time,"
+    " frontier"
 )
 _RECORD_COLUMNS = (
     "r.seq, r.kind, r.source_agent_id, r.written_by, r.subject_agent_id, r.role, r.target_seq,"
@@ -60,6 +61,7 @@ def _stream(row: Sequence[Any]) -> Stream:
         head=row[8],
         root=row[9],
         last_time=row[10],
+        frontier=tuple(row[11][i : i + 32] for i in range(0, len(row[11]), 32)),
     )
 
 
@@ -309,7 +311,7 @@ class _Tx(_Reader):
         """Stores a new stream; returns it with its key."""
         cursor = self._c.execute(
             "INSERT INTO streams (tenant, id, kind, created_by, created_at, genesis, size, head,"
-            " root, last_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " root, last_time, frontier) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 stream.tenant,
                 stream.id,
@@ -321,6 +323,7 @@ class _Tx(_Reader):
                 stream.head,
                 stream.root,
                 stream.last_time,
+                b"".join(stream.frontier),
             ),
         )
         key = cursor.lastrowid
@@ -389,11 +392,17 @@ class _Tx(_Reader):
             ),
         )
         self._c.execute(
-            "UPDATE streams SET size = ?, head = ?, root = ?, last_time = ? WHERE rowkey = ?",
-            (head.size, head.head, head.root, head.last_time, key),
+            "UPDATE streams SET size = ?, head = ?, root = ?, last_time = ?, frontier = ?"
+            " WHERE rowkey = ?",
+            (head.size, head.head, head.root, head.last_time, b"".join(head.frontier), key),
         )
         return replace(
-            stream, size=head.size, head=head.head, root=head.root, last_time=head.last_time
+            stream,
+            size=head.size,
+            head=head.head,
+            root=head.root,
+            last_time=head.last_time,
+            frontier=head.frontier,
         )
 
     def set_participant(self, stream: Stream, participant: Participant) -> None:

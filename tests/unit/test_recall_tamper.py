@@ -212,6 +212,15 @@ def test_tampered_merkle_node_is_caught_at_the_records_it_covers(log: Log) -> No
     assert verdict.reason == "the Merkle node over records 5-6 does not match them"
 
 
+def test_tampered_frontier_is_caught(log: Log) -> None:
+    log.sql(("UPDATE streams SET frontier = zeroblob(64)", ()))
+    verdict = log.verify()
+    assert (verdict.ok, verdict.first_bad_seq) == (False, 10)
+    assert verdict.reason == (
+        "the stream's recorded chain head, root or Merkle frontier does not match its records"
+    )
+
+
 def test_deleted_tail_without_fixing_the_stream_is_caught(log: Log) -> None:
     log.sql(("DELETE FROM records WHERE seq > 8", ()))
     verdict = log.verify()
@@ -230,14 +239,15 @@ def truncate_to(log: Log, size: int) -> None:
         "SELECT root, head FROM checkpoints WHERE stream = ? AND size = ?", (stream, size)
     ).fetchone()
     conn.close()
+    peaks, _, _ = merkle.append([], 0, [r.leaf_hash for r in log.records()[:size]])
     log.sql(
         ("DELETE FROM records WHERE stream = ? AND seq > ?", (stream, size)),
         ("DELETE FROM record_tags WHERE stream = ? AND seq > ?", (stream, size)),
         ("DELETE FROM checkpoints WHERE stream = ? AND size > ?", (stream, size)),
         ("DELETE FROM merkle_nodes WHERE stream = ? AND ((idx + 1) << level) > ?", (stream, size)),
         (
-            "UPDATE streams SET size = ?, root = ?, head = ? WHERE rowkey = ?",
-            (size, root, head, stream),
+            "UPDATE streams SET size = ?, root = ?, head = ?, frontier = ? WHERE rowkey = ?",
+            (size, root, head, b"".join(peaks), stream),
         ),
     )
 
@@ -312,9 +322,12 @@ def recompute_from(log: Log, seq: int, content: str) -> None:
         for (level, index), digest in nodes.items()
         if level > 0
     ]
-    root = merkle.root(merkle.from_mapping(nodes), len(rewritten))
+    peaks, _, _ = merkle.append([], 0, [r.leaf_hash for r in rewritten])
     statements.append(
-        ("UPDATE streams SET head = ?, root = ? WHERE rowkey = ?", (previous, root, stream))
+        (
+            "UPDATE streams SET head = ?, root = ?, frontier = ? WHERE rowkey = ?",
+            (previous, merkle.root_of_peaks(peaks), b"".join(peaks), stream),
+        )
     )
     log.sql(*statements)
 

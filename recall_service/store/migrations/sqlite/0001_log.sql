@@ -12,6 +12,8 @@ CREATE TABLE streams (
     head BLOB NOT NULL,
     root BLOB NOT NULL,
     last_time INTEGER NOT NULL,
+    -- The Merkle tree's peaks (perfect subtrees, left to right), 32 bytes each.
+    frontier BLOB NOT NULL,
     UNIQUE (tenant, id)
 );
 CREATE TABLE records (
