@@ -6,11 +6,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from cairn_server.auth import Principal
-from cairn_server.errors import AlreadyExists, InvalidArgument, NotFound
+from cairn_server.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from cairn_server.paging import fingerprint, next_token, parse_page
 from state_service import access, validation
-from state_service.blocks import block_not_found, check_expected, new_block
-from state_service.core import Deps, memory_changed
+from state_service.blocks import check_expected, new_block
+from state_service.core import Deps, agent_not_found, block_not_found, memory_changed
+from state_service.memfs.service import create_repository
 from state_service.memory_tools import MEMORY_TOOL_NAMES
 from state_service.models import (
     AGENT_UPDATABLE,
@@ -26,7 +27,7 @@ from state_service.models import (
     Tool,
     ToolRule,
 )
-from state_service.prompts import build_prompt, rebuild_events
+from state_service.prompts import rebuild_events
 from state_service.store.base import StateTx
 
 # User tools may not shadow the memory tools.
@@ -51,11 +52,6 @@ class AgentSpec:
     memory_update_mode: MemoryUpdateMode = MemoryUpdateMode.SYSTEM_PROMPT
 
 
-def agent_not_found(agent_id: str) -> NotFound:
-    """The one NOT_FOUND message for agents (the same for another tenant's id)."""
-    return NotFound(f"agent '{agent_id}' not found")
-
-
 def _load(tx: StateTx, principal: Principal, agent_id: str, action: str) -> Agent:
     access.require_agent_access(principal, agent_id, action)
     agent = tx.get_agent(principal.tenant, agent_id)
@@ -64,13 +60,28 @@ def _load(tx: StateTx, principal: Principal, agent_id: str, action: str) -> Agen
     return agent
 
 
+def _load_with_blocks(tx: StateTx, principal: Principal, agent_id: str, action: str) -> Agent:
+    agent = _load(tx, principal, agent_id, action)
+    if agent.memory_mode is MemoryMode.MEMFS:
+        raise FailedPrecondition(
+            f"agent '{agent_id}' keeps its memory in files (MEMFS); blocks cannot be "
+            "attached, detached or reordered — commit memory files instead"
+        )
+    return agent
+
+
 def create_agent(deps: Deps, principal: Principal, spec: AgentSpec) -> Agent:
     """Creates the agent and its new blocks, attaches existing ones, compiles its prompt."""
     access.require_manager(principal, "create agents")
-    if spec.memory_mode is MemoryMode.MEMFS:
-        raise InvalidArgument(
-            "memory_mode", "MEMFS agents are not available on this server version"
-        )
+    memfs = spec.memory_mode is MemoryMode.MEMFS
+    if memfs:
+        deps.snapshots()
+        if spec.block_ids:
+            raise InvalidArgument(
+                "block_ids",
+                "a MEMFS agent keeps its memory in its own repository; shared blocks cannot "
+                "be attached to it",
+            )
     validation.check_name("name", spec.name)
     window = spec.context_window or DEFAULT_CONTEXT_WINDOW
     validation.check_context_window("context_window", window)
@@ -88,6 +99,28 @@ def create_agent(deps: Deps, principal: Principal, spec: AgentSpec) -> Agent:
         new_block(deps, principal.tenant, b, now, f"memory_blocks[{i}]")
         for i, b in enumerate(spec.memory_blocks or [])
     ]
+    agent_id = deps.new_id("agent")
+    if memfs:
+        validation.check_unique_labels("memory_blocks", (b.label for b in created))
+        try:
+            with deps.store.transaction() as tx:
+                return _insert_agent(
+                    deps,
+                    tx,
+                    principal,
+                    spec,
+                    agent_id,
+                    window,
+                    tools,
+                    rules,
+                    tags,
+                    created,
+                    [],
+                    now,
+                )
+        except BaseException:
+            deps.snapshots().repos.remove(agent_id)
+            raise
     with deps.store.transaction() as tx:
         existing: list[Block] = []
         for block_id in block_ids:
@@ -97,38 +130,79 @@ def create_agent(deps: Deps, principal: Principal, spec: AgentSpec) -> Agent:
             existing.append(block)
         blocks = created + existing
         validation.check_unique_labels("memory_blocks", (b.label for b in blocks))
-        agent = Agent(
-            id=deps.new_id("agent"),
-            tenant=principal.tenant,
-            name=spec.name,
-            system=spec.system,
-            model=spec.model,
-            context_window=window,
-            blocks=blocks,
-            tools=tools,
-            tool_rules=rules,
-            tags=tags,
-            metadata=dict(spec.metadata or {}),
-            memory_mode=spec.memory_mode,
-            memory_update_mode=spec.memory_update_mode,
-            memory_revision=1,
-            memory_updated_at=now,
-            created_at=now,
-            updated_at=now,
-            context_version=1,
+        return _insert_agent(
+            deps,
+            tx,
+            principal,
+            spec,
+            agent_id,
+            window,
+            tools,
+            rules,
+            tags,
+            created,
+            existing,
+            now,
         )
-        system_message = Message(
-            id=deps.new_id("message"), agent_id=agent.id, role=Role.SYSTEM, created_at=now
-        )
-        agent.system_message_id = system_message.id
-        agent.message_ids = [system_message.id]
+
+
+def _insert_agent(
+    deps: Deps,
+    tx: StateTx,
+    principal: Principal,
+    spec: AgentSpec,
+    agent_id: str,
+    window: int,
+    tools: list[Tool],
+    rules: list[ToolRule],
+    tags: list[str],
+    created: list[Block],
+    existing: list[Block],
+    now: float,
+) -> Agent:
+    """Stores a validated new agent with its window, its new and existing blocks (or, for
+    MEMFS, a repository made of the new blocks) and its prompt."""
+    memfs = spec.memory_mode is MemoryMode.MEMFS
+    blocks = created + existing
+    agent = Agent(
+        id=agent_id,
+        tenant=principal.tenant,
+        name=spec.name,
+        system=spec.system,
+        model=spec.model,
+        context_window=window,
+        blocks=[] if memfs else blocks,
+        tools=tools,
+        tool_rules=rules,
+        tags=tags,
+        metadata=dict(spec.metadata or {}),
+        memory_mode=spec.memory_mode,
+        memory_update_mode=spec.memory_update_mode,
+        memory_revision=1,
+        memory_updated_at=now,
+        created_at=now,
+        updated_at=now,
+        context_version=1,
+    )
+    system_message = Message(
+        id=deps.new_id("message"), agent_id=agent.id, role=Role.SYSTEM, created_at=now
+    )
+    agent.system_message_id = system_message.id
+    agent.message_ids = [system_message.id]
+    agent.window_size = 1
+    if memfs:
+        agent.memory_head = create_repository(deps, agent, created, principal.subject)
+    else:
         for block in created:
             tx.insert_block(block)
-        tx.insert_agent(agent, deps.tools_payload(agent))
+    tx.insert_agent(agent, deps.tools_payload(agent))
+    if memfs:
+        tx.set_memory_head(agent.tenant, agent.id, agent.memory_head, 1, now)
+    else:
         tx.set_agent_blocks(agent.id, [b.id for b in blocks])
-        tx.insert_messages(agent.tenant, [system_message], deps.counter.name)
-        tx.set_window(agent.id, agent.message_ids)
-        tx.save_prompts([build_prompt(agent, deps.counts, now)])
+    tx.insert_messages(agent.tenant, [system_message], deps.counter.name)
+    tx.set_window(agent.id, agent.message_ids)
+    tx.save_prompts([deps.build_prompt(agent, now)])
     return agent
 
 
@@ -214,7 +288,7 @@ def update_agent(
         )
         events = [_event(EventKind.AGENT_UPDATED, updated, now)]
         if rebuilt:
-            prompt = build_prompt(updated, deps.counts, now)
+            prompt = deps.build_prompt(updated, now)
             tx.save_prompts([prompt])
             events += rebuild_events([updated], [prompt], now)
         tx.emit(events)
@@ -244,6 +318,8 @@ def delete_agent(
         check_expected("agent", agent_id, agent.version, expected_version)
         tx.delete_agent(principal.tenant, agent_id)
         tx.emit([_event(EventKind.AGENT_DELETED, agent, now)])
+    if agent.memory_mode is MemoryMode.MEMFS:
+        deps.snapshots().repos.remove(agent_id)
 
 
 def attach_block(
@@ -258,7 +334,7 @@ def attach_block(
     access.require_manager(principal, "attach blocks")
     now = deps.clock()
     with deps.store.transaction() as tx:
-        agent = _load(tx, principal, agent_id, "attach blocks to")
+        agent = _load_with_blocks(tx, principal, agent_id, "attach blocks to")
         check_expected("agent", agent_id, agent.version, expected_version)
         block = tx.get_block(principal.tenant, block_id)
         if block is None:
@@ -291,7 +367,7 @@ def detach_block(
     access.require_manager(principal, "detach blocks")
     now = deps.clock()
     with deps.store.transaction() as tx:
-        agent = _load(tx, principal, agent_id, "detach blocks from")
+        agent = _load_with_blocks(tx, principal, agent_id, "detach blocks from")
         check_expected("agent", agent_id, agent.version, expected_version)
         if not any(b.id == block_id for b in agent.blocks):
             raise NotFound(f"block '{block_id}' is not attached to agent '{agent_id}'")
@@ -314,7 +390,7 @@ def reorder_blocks(
     access.require_manager(principal, "reorder blocks of")
     now = deps.clock()
     with deps.store.transaction() as tx:
-        agent = _load(tx, principal, agent_id, "reorder blocks of")
+        agent = _load_with_blocks(tx, principal, agent_id, "reorder blocks of")
         check_expected("agent", agent_id, agent.version, expected_version)
         by_id = {b.id: b for b in agent.blocks}
         if sorted(block_ids) != sorted(by_id):

@@ -11,11 +11,10 @@ from cairn_server.errors import (
     AlreadyExists,
     FailedPrecondition,
     InvalidArgument,
-    NotFound,
 )
 from cairn_server.paging import fingerprint, next_token, parse_page
 from state_service import access, validation
-from state_service.core import Deps, memory_changed
+from state_service.core import Deps, block_not_found, memory_changed
 from state_service.models import (
     BLOCK_UPDATABLE,
     PROMPT_FIELDS,
@@ -33,11 +32,6 @@ class BlockUpdate:
     block: Block
     affected_agent_ids: list[str]
     rebuilt_agent_ids: list[str]
-
-
-def block_not_found(block_id: str) -> NotFound:
-    """The one NOT_FOUND message for blocks (the same for another tenant's id)."""
-    return NotFound(f"block '{block_id}' not found")
 
 
 def check_expected(kind: str, resource_id: str, current: int, expected: int | None) -> None:
@@ -161,7 +155,7 @@ def change_block(
         return BlockUpdate(block, [], [])
     updated.version = block.version + 1
     updated.updated_at = now
-    agents = tx.load_agents(block.tenant, attached)
+    agents = tx.load_agents(block.tenant, attached, windows=False)
     if "label" in changed:
         for agent in agents:
             if any(b.label == updated.label and b.id != block.id for b in agent.blocks):
@@ -222,7 +216,7 @@ def delete_block(
                 f"block '{block_id}' is attached to {len(attached)} agent(s) ({shown}); "
                 "detach it first or pass force=true"
             )
-        agents = tx.load_agents(principal.tenant, attached)
+        agents = tx.load_agents(principal.tenant, attached, windows=False)
         for agent in agents:
             agent.blocks = [b for b in agent.blocks if b.id != block_id]
         tx.delete_block(principal.tenant, block_id)

@@ -12,9 +12,8 @@ from dataclasses import dataclass, replace
 from cairn_server.auth import Principal
 from cairn_server.errors import Aborted, FailedPrecondition, InvalidArgument, NotFound
 from state_service import access
-from state_service.agents import agent_not_found
 from state_service.context import ContextSettings, TokenAccount, compile_context
-from state_service.core import Deps
+from state_service.core import Deps, agent_not_found
 from state_service.models import (
     AgentEvent,
     CompactionPlan,
@@ -22,7 +21,7 @@ from state_service.models import (
     Message,
     Role,
 )
-from state_service.prompts import build_prompt, rebuild_events
+from state_service.prompts import rebuild_events
 from state_service.window import count_message
 
 DEFAULT_TARGET_SHARE = 0.5
@@ -157,6 +156,7 @@ def apply_compaction(
         message = replace(message, tokens=count_message(deps.counter, message))
         kept = [m for m in agent.message_ids[1:] if m not in evicted]
         agent.message_ids = [agent.message_ids[0], message.id, *kept]
+        agent.window_size = len(agent.message_ids)
         agent.context_version += 1
         agent.message_count += 1
         # The stored prompt is rebuilt (its counts changed, and compaction already breaks a
@@ -172,7 +172,7 @@ def apply_compaction(
             delivered_revision=agent.delivered_revision,
         )
         tx.mark_plan_applied(plan_id, now)
-        prompt = build_prompt(agent, deps.counts, now)
+        prompt = deps.build_prompt(agent, now)
         tx.save_prompts([prompt])
         tx.emit(
             [

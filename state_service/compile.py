@@ -149,17 +149,23 @@ def format_timestamp(epoch: float) -> str:
 
 
 def render_memory_metadata(
-    agent_id: str, memory_modified_at: float, recall_messages: int, archival_records: int
+    agent_id: str, memory_modified_at: float | None, recall_messages: int, archival_records: int
 ) -> str:
     """The `<memory_metadata>` section.
 
-    It names the time memory was last modified, not the time of compilation, so that the
-    same state always compiles to the same bytes.
+    It names the time memory was last modified (not the time of compilation, so that the
+    same state always compiles to the same bytes), or no time when `memory_modified_at` is
+    None (MEMFS agents, whose history is their git log).
     """
+    modified = (
+        ""
+        if memory_modified_at is None
+        else f"- Memory blocks were last modified: {format_timestamp(memory_modified_at)}\n"
+    )
     return (
         "<memory_metadata>\n"
         f"- AGENT_ID: {agent_id}\n"
-        f"- Memory blocks were last modified: {format_timestamp(memory_modified_at)}\n"
+        f"{modified}"
         f"- {recall_messages} previous messages between you and the user are stored in recall "
         "memory (use tools to access them)\n"
         f"- {archival_records} total memories you created are stored in archival memory "

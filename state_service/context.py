@@ -10,11 +10,10 @@ from enum import StrEnum
 
 from cairn_server.auth import Principal
 from state_service import access
-from state_service.agents import agent_not_found
-from state_service.compile import compile_memory, format_memory_update
-from state_service.core import Deps
+from state_service.compile import format_memory_update
+from state_service.core import Deps, agent_not_found
 from state_service.models import MemoryUpdateMode, Message, PromptState, StoredPrompt
-from state_service.prompts import build_prompt, rebuild_events
+from state_service.prompts import rebuild_events
 from state_service.store.base import StateReader
 from state_service.window import Window
 
@@ -55,6 +54,7 @@ class CompiledContext:
     messages: tuple[Message, ...]
     tools_json: str
     context_version: int
+    available_skills: str = ""
 
     @property
     def cache_key(self) -> tuple[object, ...]:
@@ -69,6 +69,7 @@ class CompiledContext:
             self.tokens,
             self.status,
             self.tools_json,
+            self.available_skills,
         )
 
 
@@ -107,7 +108,7 @@ class FreshMemoryCache:
         agent = reader.get_agent(tenant, agent_id)
         if agent is None:
             raise agent_not_found(agent_id)
-        memory = compile_memory(agent.blocks, agent.memory_mode, agent.tool_rules)
+        memory = deps.render_memory(agent)
         update = format_memory_update(memory, agent.revision)
         fresh = _FreshMemory(memory, deps.counter.count(memory), update, deps.counter.count(update))
         if agent.memory_revision == revision:
@@ -116,6 +117,13 @@ class FreshMemoryCache:
                 while len(self._items) > self._size:
                     self._items.popitem(last=False)
         return fresh
+
+
+def _skills(deps: Deps, state: PromptState) -> str:
+    # Listed per request from the current commit, never stored in the prompt.
+    if not state.memory_head:
+        return ""
+    return deps.snapshots().get(state.agent_id, state.memory_head).skills
 
 
 def _status(tokens: TokenAccount, settings: ContextSettings) -> ContextStatus:
@@ -157,8 +165,9 @@ def cached_context(
     window = deps.windows.load(
         reader, principal.tenant, agent_id, state.context_version, deps.counter
     )
+    skills = _skills(deps, state)
     if prompt.memory_revision == state.memory_revision:
-        return _result(prompt, state, window, settings, hit=True)
+        return _result(prompt, state, window, settings, hit=True, skills=skills)
     # MESSAGE mode after a memory change: keep the stored prompt; until a step acknowledges
     # the new revision, hand the fresh memory to the turn as a separate update.
     fresh = deps.fresh_memory.get(deps, reader, principal.tenant, agent_id, state.memory_revision)
@@ -171,6 +180,7 @@ def cached_context(
         hit=True,
         memory=(fresh.memory, fresh.memory_tokens),
         update=("", 0) if delivered else (fresh.update, fresh.update_tokens),
+        skills=skills,
     )
 
 
@@ -186,7 +196,7 @@ def recompile_context(
             raise agent_not_found(agent_id)
         state = tx.get_prompt_state(principal.tenant, agent_id)
         assert state is not None
-        prompt = build_prompt(agent, deps.counts, now)
+        prompt = deps.build_prompt(agent, now)
         tx.save_prompts([prompt])
         tools_tokens, tools_json = state.tools_tokens, state.tools_json
         if state.tools_counter != deps.counter.name:
@@ -210,8 +220,9 @@ def recompile_context(
         context_version=agent.context_version,
         delivered_revision=agent.delivered_revision,
         tools_json=tools_json,
+        memory_head=agent.memory_head,
     )
-    return _result(prompt, fresh, window, settings, hit=False)
+    return _result(prompt, fresh, window, settings, hit=False, skills=_skills(deps, fresh))
 
 
 def compile_context(
@@ -235,6 +246,7 @@ def _result(
     hit: bool,
     memory: tuple[str, int] | None = None,
     update: tuple[str, int] = ("", 0),
+    skills: str = "",
 ) -> CompiledContext:
     memory_text, memory_tokens = memory or (prompt.compiled_memory, prompt.memory_tokens)
     total = prompt.system_tokens + state.tools_tokens + window.tokens + update[1]
@@ -250,7 +262,7 @@ def _result(
         agent_id=state.agent_id,
         system_prompt=prompt.system_prompt,
         compiled_memory=memory_text,
-        memory_revision=str(state.memory_revision),
+        memory_revision=state.revision,
         prompt_hash=prompt.prompt_hash,
         tokens=tokens,
         cache_hit=hit,
@@ -259,4 +271,5 @@ def _result(
         messages=window.messages,
         tools_json=state.tools_json,
         context_version=state.context_version,
+        available_skills=skills,
     )

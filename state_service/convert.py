@@ -10,6 +10,8 @@ from cairn.v1 import common_pb2, state_pb2
 from cairn_server.errors import InvalidArgument
 from state_service.blocks import BlockUpdate
 from state_service.context import CompiledContext, ContextStatus, TokenAccount
+from state_service.memfs.files import MemoryFileData
+from state_service.memfs.repo import CommitInfo
 from state_service.memory_tools import ToolError
 from state_service.models import (
     Agent,
@@ -311,6 +313,7 @@ def compile_response(result: CompiledContext) -> state_pb2.CompileContextRespons
         messages=[message_to_pb(m) for m in result.messages],
         tools_json=result.tools_json,
         context_version=result.context_version,
+        available_skills=result.available_skills,
     )
 
 
@@ -403,4 +406,28 @@ def started_event(agent: Agent, now: float) -> state_pb2.WatchAgentResponse:
         context_version=agent.context_version,
         time=timestamp(now),
         agent_version=agent.version,
+    )
+
+
+def memory_file_to_pb(file: MemoryFileData) -> state_pb2.MemoryFile:
+    """A memory file for a response."""
+    return state_pb2.MemoryFile(
+        path=file.path,
+        content=file.content,
+        description=file.description or "",
+        read_only=file.is_read_only,
+        limit=file.limit or 0,
+        body=file.body,
+    )
+
+
+def memory_commit_to_pb(commit: CommitInfo) -> state_pb2.MemoryCommit:
+    """A memory commit for a response."""
+    return state_pb2.MemoryCommit(
+        revision=commit.revision,
+        message=commit.message,
+        author=commit.author,
+        time=timestamp(commit.time),
+        parents=commit.parents,
+        changed_paths=commit.changed_paths,
     )

@@ -8,7 +8,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from state_service.models import Agent, AgentEvent, EventKind, MemoryUpdateMode, ToolsPayload
+from cairn_server.errors import FailedPrecondition, NotFound
+from state_service.compile import compile_memory, render_tool_rules
+from state_service.memfs.snapshots import MemorySnapshots
+from state_service.models import (
+    Agent,
+    AgentEvent,
+    EventKind,
+    MemoryMode,
+    MemoryUpdateMode,
+    StoredPrompt,
+    ToolsPayload,
+)
 from state_service.prompts import build_prompt, rebuild_events, tools_json
 from state_service.store.base import StateStore, StateTx
 from state_service.tokens import CachedCounts, EstimateCounter, TokenCounter
@@ -18,6 +29,16 @@ if TYPE_CHECKING:
     from state_service.context import FreshMemoryCache
 
 
+def agent_not_found(agent_id: str) -> NotFound:
+    """The one NOT_FOUND message for agents (the same for another tenant's id)."""
+    return NotFound(f"agent '{agent_id}' not found")
+
+
+def block_not_found(block_id: str) -> NotFound:
+    """The one NOT_FOUND message for blocks (the same for another tenant's id)."""
+    return NotFound(f"block '{block_id}' not found")
+
+
 @dataclass
 class Deps:
     """The store, the token counter, a clock and an id source."""
@@ -25,6 +46,7 @@ class Deps:
     store: StateStore
     counter: TokenCounter = field(default_factory=EstimateCounter)
     clock: Callable[[], float] = time.time
+    memfs: MemorySnapshots | None = None
     counts: CachedCounts = field(init=False)
     windows: WindowCache = field(init=False)
     fresh_memory: FreshMemoryCache = field(init=False)
@@ -39,6 +61,34 @@ class Deps:
     def new_id(self, kind: str) -> str:
         """A fresh resource id such as `agent-<uuid>`."""
         return f"{kind}-{uuid.uuid4()}"
+
+    def snapshots(self) -> MemorySnapshots:
+        """The MemFS snapshots; FailedPrecondition when MemFS is not configured."""
+        if self.memfs is None:
+            raise FailedPrecondition("MEMFS agents are not available on this server")
+        return self.memfs
+
+    def memory_parts(self, agent: Agent) -> list[str] | None:
+        """A MEMFS agent's rendered memory at its revision; None for block-based agents."""
+        if agent.memory_mode is not MemoryMode.MEMFS:
+            return None
+        parts = list(self.snapshots().get(agent.id, agent.memory_head).memory)
+        rules = render_tool_rules(agent.tool_rules)
+        if rules:
+            # As for blocks (and Letta): tool rules follow the memory after a blank line.
+            parts.append(f"\n\n{rules}")
+        return parts
+
+    def render_memory(self, agent: Agent) -> str:
+        """The agent's compiled memory as text."""
+        parts = self.memory_parts(agent)
+        if parts is None:
+            return compile_memory(agent.blocks, agent.memory_mode, agent.tool_rules)
+        return "".join(parts)
+
+    def build_prompt(self, agent: Agent, now: float) -> StoredPrompt:
+        """The agent's stored prompt, compiled from its blocks or its committed files."""
+        return build_prompt(agent, self.counts, now, self.memory_parts(agent))
 
     def tools_payload(self, agent: Agent) -> ToolsPayload:
         """The agent's tool schemas, then the memory tools, as sent to the model."""
@@ -72,7 +122,7 @@ def memory_changed(
             agent.version += 1
             agent.updated_at = now
     rebuild = [a for a in agents if a.memory_update_mode is MemoryUpdateMode.SYSTEM_PROMPT]
-    prompts = [build_prompt(agent, deps.counts, now) for agent in rebuild]
+    prompts = [deps.build_prompt(agent, now) for agent in rebuild]
     tx.save_prompts(prompts)
     events = [
         AgentEvent(

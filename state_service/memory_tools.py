@@ -35,11 +35,13 @@ class ToolError(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Edit:
-    """Set block `label` to `new_value`; `text` is what the model sees afterwards."""
+    """Set block `label` to `new_value`; `text` is what the model sees afterwards; `reason`
+    is the model's own note on the edit (a MemFS commit message)."""
 
     label: str
     new_value: str
     text: str
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +81,17 @@ _STRINGS = {"type": "array", "items": {"type": "string"}}
 _TIME = {"type": "string", "description": "ISO 8601 date or datetime, inclusive"}
 
 
+_REASON = {
+    "type": "string",
+    "description": "Optional: why you are making this edit (kept in the memory's history).",
+}
+
+
 def _tool(
     name: str, description: str, props: dict[str, Any], required: list[str]
 ) -> dict[str, Any]:
+    if "label" in props:
+        props = {**props, "reason": _REASON}
     return {
         "name": name,
         "description": description,
@@ -338,7 +348,9 @@ def _edit(name: str, args: dict[str, Any], block: Block) -> Edit | Refusal:
         new_value = "\n".join([*lines[:at], *args["new_string"].split("\n"), *lines[at:]])
     else:  # memory_rethink
         new_value = args["new_memory"]
-    return _fits(block, new_value) or Edit(label, new_value, EDITED.format(label=label))
+    return _fits(block, new_value) or Edit(
+        label, new_value, EDITED.format(label=label), str(args.get("reason") or "")
+    )
 
 
 _TEXT_FIELDS = {

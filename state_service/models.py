@@ -150,16 +150,22 @@ class Agent:
     message_count: int = 0
     archival_count: int = 0
     delivered_revision: int = 0
+    # MEMFS agents: the commit the memory compiles from (the API's memory revision).
+    memory_head: str = ""
+    # Messages in the window, the system message included (message_ids may not be loaded).
+    window_size: int = 0
 
     @property
     def recall_count(self) -> int:
         """Messages in history but out of the window (Letta's 'previous messages')."""
-        in_window = max(0, len(self.message_ids) - 1)
-        return max(0, self.message_count - in_window)
+        return max(0, self.message_count - max(0, self.window_size - 1))
 
     @property
     def revision(self) -> str:
-        """The memory revision as the API shows it."""
+        """The memory revision as the API shows it: the commit id for MEMFS agents, else the
+        counter."""
+        if self.memory_mode is MemoryMode.MEMFS:
+            return self.memory_head
         return str(self.memory_revision)
 
 
@@ -209,6 +215,12 @@ class PromptState:
     context_version: int = 0
     delivered_revision: int = 0
     tools_json: str = "[]"
+    memory_head: str = ""
+
+    @property
+    def revision(self) -> str:
+        """The memory revision as the API shows it."""
+        return self.memory_head or str(self.memory_revision)
 
 
 @dataclass(slots=True, frozen=True)

@@ -6,6 +6,7 @@ no secrets: agents, blocks, tools and in-context messages only.
 
 from __future__ import annotations
 
+import binascii
 import json
 import time
 from dataclasses import replace
@@ -14,10 +15,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cairn_server.auth import Principal
-from cairn_server.errors import InvalidArgument
+from cairn_server.errors import InvalidArgument, NotFound
 from state_service import access, validation
-from state_service.agents import RESERVED_TOOL_NAMES, agent_not_found
-from state_service.core import Deps
+from state_service.agents import RESERVED_TOOL_NAMES
+from state_service.core import Deps, agent_not_found
+from state_service.memfs.files import check_path, parse_file
 from state_service.models import (
     Agent,
     Block,
@@ -30,7 +32,6 @@ from state_service.models import (
     ToolRule,
     ToolRuleType,
 )
-from state_service.prompts import build_prompt
 from state_service.window import count_message
 
 FORMAT: Literal["cairn.agent-file"] = "cairn.agent-file"
@@ -95,6 +96,20 @@ class FileMessage(_Strict):
     created_at: float = 0.0
 
 
+class FileGitObject(_Strict):
+    """One raw git object of a MEMFS repository (base64 of git's own encoding)."""
+
+    type: Literal["commit", "tree", "blob"]
+    data: str
+
+
+class FileMemfs(_Strict):
+    """A MEMFS agent's repository: its revision and every object reachable from it."""
+
+    head: str
+    objects: list[FileGitObject]
+
+
 class FileAgent(_Strict):
     """An agent in an agent file."""
 
@@ -112,6 +127,7 @@ class FileAgent(_Strict):
     tool_rules: list[FileToolRule] = Field(default_factory=list)
     block_ids: list[str] = Field(default_factory=list)
     messages: list[FileMessage] = Field(default_factory=list)
+    memfs: FileMemfs | None = None
 
 
 class AgentFile(_Strict):
@@ -124,8 +140,16 @@ class AgentFile(_Strict):
     agents: list[FileAgent]
 
 
-def _file_agent(agent: Agent, messages: list[Message]) -> FileAgent:
+def _file_agent(deps: Deps, agent: Agent, messages: list[Message]) -> FileAgent:
+    memfs = None
+    if agent.memory_mode is MemoryMode.MEMFS:
+        objects = deps.snapshots().repos.open(agent.id).export_objects(agent.memory_head)
+        memfs = FileMemfs(
+            head=agent.memory_head,
+            objects=[FileGitObject(type=o["type"], data=o["data"]) for o in objects],  # type: ignore[arg-type]
+        )
     return FileAgent(
+        memfs=memfs,
         id=agent.id,
         name=agent.name,
         system=agent.system,
@@ -209,7 +233,7 @@ def export_agents(deps: Deps, principal: Principal, agent_ids: list[str]) -> str
             for b in blocks.values()
         ],
         agents=[
-            _file_agent(agent, reader.window(principal.tenant, agent.id, deps.counter.name))
+            _file_agent(deps, agent, reader.window(principal.tenant, agent.id, deps.counter.name))
             for agent in agents
         ],
     )
@@ -268,16 +292,49 @@ def import_agents(
     agents: list[tuple[Agent, list[Message]]] = []
     for i, fa in enumerate(file.agents):
         agents.append(_import_agent(deps, principal, fa, i, blocks, ids, now))
-    with deps.store.transaction() as tx:
-        for block in blocks.values():
-            tx.insert_block(block)
-        for agent, messages in agents:
-            tx.insert_agent(agent, deps.tools_payload(agent))
-            tx.set_agent_blocks(agent.id, [b.id for b in agent.blocks])
-            tx.insert_messages(principal.tenant, messages, deps.counter.name)
-            tx.set_window(agent.id, agent.message_ids)
-        tx.save_prompts([build_prompt(agent, deps.counts, now) for agent, _ in agents])
+    restored: list[str] = []
+    try:
+        for i, (agent, _) in enumerate(agents):
+            memfs = file.agents[i].memfs
+            if memfs is not None:
+                restored.append(agent.id)
+                _restore_repository(deps, agent, memfs, f"agent_file_json.agents.{i}.memfs")
+        with deps.store.transaction() as tx:
+            for block in blocks.values():
+                tx.insert_block(block)
+            for agent, messages in agents:
+                tx.insert_agent(agent, deps.tools_payload(agent))
+                if agent.memory_mode is MemoryMode.MEMFS:
+                    tx.set_memory_head(agent.tenant, agent.id, agent.memory_head, 1, now)
+                tx.set_agent_blocks(agent.id, [b.id for b in agent.blocks])
+                tx.insert_messages(principal.tenant, messages, deps.counter.name)
+                tx.set_window(agent.id, agent.message_ids)
+            tx.save_prompts([deps.build_prompt(agent, now) for agent, _ in agents])
+    except BaseException:
+        for agent_id in restored:
+            deps.snapshots().repos.remove(agent_id)
+        raise
     return [agent for agent, _ in agents], ids
+
+
+def _restore_repository(deps: Deps, agent: Agent, memfs: FileMemfs, where: str) -> None:
+    """Writes the exported objects into a new repository; the commit ids come out the same
+    because git names objects by their content."""
+    repo = deps.snapshots().repos.create(agent.id)
+    try:
+        repo.import_objects([{"type": o.type, "data": o.data} for o in memfs.objects])
+        head = str(repo.commit(memfs.head).id)
+    except NotFound:
+        raise InvalidArgument(
+            f"{where}.head", f"commit '{memfs.head}' is not in the file"
+        ) from None
+    except (ValueError, binascii.Error) as error:
+        raise InvalidArgument(f"{where}.objects", f"is not a set of git objects: {error}") from None
+    for path, text in repo.read_files(head).items():
+        check_path(f"{where}.objects", path)
+        parse_file(f"{where}.objects", path, text)
+    repo.set_branch(head)
+    agent.memory_head = head
 
 
 def _import_agent(
@@ -295,8 +352,12 @@ def _import_agent(
     validation.check_name(f"{where}.name", fa.name)
     validation.check_context_window(f"{where}.context_window", fa.context_window)
     validation.check_tags(f"{where}.tags", fa.tags)
-    if fa.memory_mode is MemoryMode.MEMFS:
-        raise InvalidArgument(f"{where}.memory_mode", "MEMFS agents are not importable yet")
+    if (fa.memory_mode is MemoryMode.MEMFS) != (fa.memfs is not None):
+        raise InvalidArgument(
+            f"{where}.memfs", "a MEMFS agent carries its repository, and only a MEMFS agent does"
+        )
+    if fa.memfs is not None and fa.block_ids:
+        raise InvalidArgument(f"{where}.block_ids", "a MEMFS agent has no blocks")
     tools = [Tool(t.name, t.description, json.dumps(t.parameters)) for t in fa.tools]
     validation.check_tools(f"{where}.tools", tools, RESERVED_TOOL_NAMES)
     rules = [
@@ -361,5 +422,6 @@ def _import_agent(
         messages.append(replace(message, tokens=count_message(deps.counter, message)))
     agent.system_message_id = system.id
     agent.message_ids = [m.id for m in messages]
+    agent.window_size = len(messages)
     agent.message_count = len(messages) - 1
     return agent, messages

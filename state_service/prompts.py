@@ -34,16 +34,22 @@ def tools_json(tools: Sequence[Tool]) -> str:
     return json.dumps(tool_schemas(tools), separators=(",", ":"), ensure_ascii=False)
 
 
-def build_prompt(agent: Agent, counts: CachedCounts, now: float) -> StoredPrompt:
+def build_prompt(
+    agent: Agent, counts: CachedCounts, now: float, memory: list[str] | None = None
+) -> StoredPrompt:
     """Compiles the agent's system prompt and counts its tokens.
 
-    With an additive counter the prompt is counted piece by piece, each piece through the
-    cache; otherwise the whole text is counted.
+    `memory` is the rendered memory of a MEMFS agent (its committed files); block-based
+    agents render their blocks. With an additive counter the prompt is counted piece by
+    piece, each piece through the cache; otherwise the whole text is counted.
     """
-    memory = memory_parts(agent.blocks, agent.memory_mode, agent.tool_rules)
-    metadata = render_memory_metadata(
-        agent.id, agent.memory_updated_at, agent.recall_count, agent.archival_count
-    )
+    if memory is None:
+        memory = memory_parts(agent.blocks, agent.memory_mode, agent.tool_rules)
+        modified: float | None = agent.memory_updated_at
+    else:
+        # A MEMFS revision's history is in git; a time here would make a revert differ.
+        modified = None
+    metadata = render_memory_metadata(agent.id, modified, agent.recall_count, agent.archival_count)
     parts = system_prompt_parts(agent.system, memory, metadata)
     system_prompt = "".join(parts)
     compiled_memory = "".join(memory)

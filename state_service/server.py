@@ -20,6 +20,8 @@ from cairn_server.settings import SERVER_ENV, ServerSettings, add_server_flags, 
 from state_service.context import ContextSettings
 from state_service.core import Deps
 from state_service.events import EventHub
+from state_service.memfs.repo import MemoryRepos
+from state_service.memfs.snapshots import MemorySnapshots
 from state_service.servicer import StateServicer
 from state_service.store.sqlite import SqliteStateStore
 from state_service.tokens import make_counter
@@ -74,7 +76,11 @@ async def serve(settings: StateSettings) -> None:
         counter = make_counter(settings.tokenizer)
     except ValueError as error:
         raise StartupError(str(error)) from None
-    deps = Deps(store=store, counter=counter)
+    deps = Deps(
+        store=store,
+        counter=counter,
+        memfs=MemorySnapshots(MemoryRepos(data_dir / "memfs")),
+    )
     servicer = StateServicer(
         deps,
         RpcGuard(Authenticator(keys, insecure_local=settings.insecure_local)),

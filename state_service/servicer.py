@@ -22,6 +22,7 @@ from state_service.context import (
 )
 from state_service.core import Deps
 from state_service.events import EventHub
+from state_service.memfs import service as memfs
 from state_service.models import AGENT_UPDATABLE, BLOCK_UPDATABLE, EventKind
 from state_service.tool_calls import NeedsRecall, execute_memory_tool, recall_not_configured
 
@@ -420,5 +421,93 @@ class StateServicer(state_pb2_grpc.StateServiceServicer):
             )
             return state_pb2.ImportAgentResponse(
                 agents=[convert.agent_to_pb(a) for a in imported], id_map=ids
+            )
+        raise AssertionError("unreachable")
+
+    async def CommitMemoryFiles(
+        self, request: state_pb2.CommitMemoryFilesRequest, context: Ctx
+    ) -> state_pb2.CommitMemoryFilesResponse:
+        async with self.guard.call(context, "CommitMemoryFiles") as principal:
+            result = await self.run.write(
+                memfs.commit_files,
+                self.deps,
+                principal,
+                request.agent_id,
+                [(u.path, u.content) for u in request.upserts],
+                list(request.deletes),
+                request.message,
+                request.author,
+                request.expected_revision,
+            )
+            return state_pb2.CommitMemoryFilesResponse(
+                revision=result.revision,
+                changed_paths=result.changed_paths,
+                prompt_rebuilt=result.prompt_rebuilt,
+            )
+        raise AssertionError("unreachable")
+
+    async def ListMemoryFiles(
+        self, request: state_pb2.ListMemoryFilesRequest, context: Ctx
+    ) -> state_pb2.ListMemoryFilesResponse:
+        async with self.guard.call(context, "ListMemoryFiles") as principal:
+            revision, files = await self.run.read(
+                memfs.list_files, self.deps, principal, request.agent_id, request.revision
+            )
+            return state_pb2.ListMemoryFilesResponse(
+                revision=revision, files=[convert.memory_file_to_pb(f) for f in files]
+            )
+        raise AssertionError("unreachable")
+
+    async def GetMemoryFile(
+        self, request: state_pb2.GetMemoryFileRequest, context: Ctx
+    ) -> state_pb2.GetMemoryFileResponse:
+        async with self.guard.call(context, "GetMemoryFile") as principal:
+            revision, file = await self.run.read(
+                memfs.get_file,
+                self.deps,
+                principal,
+                request.agent_id,
+                request.path,
+                request.revision,
+            )
+            return state_pb2.GetMemoryFileResponse(
+                revision=revision, file=convert.memory_file_to_pb(file)
+            )
+        raise AssertionError("unreachable")
+
+    async def MemoryHistory(
+        self, request: state_pb2.MemoryHistoryRequest, context: Ctx
+    ) -> state_pb2.MemoryHistoryResponse:
+        async with self.guard.call(context, "MemoryHistory") as principal:
+            commits, token = await self.run.read(
+                memfs.history,
+                self.deps,
+                principal,
+                request.agent_id,
+                request.path,
+                request.page_size,
+                request.page_token,
+            )
+            return state_pb2.MemoryHistoryResponse(
+                commits=[convert.memory_commit_to_pb(c) for c in commits], next_page_token=token
+            )
+        raise AssertionError("unreachable")
+
+    async def RevertMemory(
+        self, request: state_pb2.RevertMemoryRequest, context: Ctx
+    ) -> state_pb2.RevertMemoryResponse:
+        async with self.guard.call(context, "RevertMemory") as principal:
+            result = await self.run.write(
+                memfs.revert,
+                self.deps,
+                principal,
+                request.agent_id,
+                request.revision,
+                request.expected_revision,
+                request.message,
+                request.author,
+            )
+            return state_pb2.RevertMemoryResponse(
+                revision=result.revision, changed_paths=result.changed_paths
             )
         raise AssertionError("unreachable")

@@ -11,9 +11,17 @@ from cairn_server.auth import Principal
 from cairn_server.errors import Aborted, AlreadyExists, InvalidArgument
 from cairn_server.paging import fingerprint, next_token, parse_page
 from state_service import access
-from state_service.agents import agent_not_found
-from state_service.core import Deps
-from state_service.models import AgentEvent, EventKind, Message, Role, StepRecord
+from state_service.core import Deps, agent_not_found
+from state_service.models import (
+    Agent,
+    AgentEvent,
+    EventKind,
+    MemoryMode,
+    Message,
+    Role,
+    StepRecord,
+)
+from state_service.store.base import StateTx
 from state_service.window import count_message
 
 MAX_STEP_ID = 128
@@ -72,9 +80,19 @@ def _request_hash(messages: Sequence[Message], acknowledged: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _acknowledged(value: str, current: int) -> int:
+def _acknowledged(tx: StateTx, agent: Agent, value: str) -> int:
+    """The memory counter a step acknowledges: a counter, or a MEMFS commit id."""
     if not value:
         return 0
+    current = agent.memory_revision
+    if agent.memory_mode is MemoryMode.MEMFS:
+        counter = tx.revision_counter(agent.id, value)
+        if counter is None:
+            raise InvalidArgument(
+                "acknowledged_memory_revision",
+                f"{value!r} is not a memory revision of agent '{agent.id}'",
+            )
+        return counter
     try:
         revision = int(value)
     except ValueError:
@@ -124,7 +142,7 @@ def commit_step(
                 f"base_context_version {base_context_version} this step was computed from; "
                 "compile the context again"
             )
-        acknowledged = _acknowledged(acknowledged_revision, agent.memory_revision)
+        acknowledged = _acknowledged(tx, agent, acknowledged_revision)
         stored = []
         for message in messages:
             fresh = replace(
@@ -137,7 +155,7 @@ def commit_step(
             stored.append(replace(fresh, tokens=count_message(deps.counter, fresh)))
         version = agent.context_version + 1
         tx.insert_messages(principal.tenant, stored, deps.counter.name)
-        tx.append_window(agent_id, tx.window_size(agent_id), [m.id for m in stored])
+        tx.append_window(agent_id, agent.window_size, [m.id for m in stored])
         tx.set_context(
             principal.tenant,
             agent_id,

@@ -6,11 +6,12 @@ from dataclasses import dataclass, field
 
 from cairn_server.auth import Principal
 from state_service import access
-from state_service.agents import agent_not_found
 from state_service.blocks import change_block
-from state_service.core import Deps
+from state_service.core import Deps, agent_not_found
+from state_service.memfs.files import with_body
+from state_service.memfs.service import commit_tree, file_blocks
 from state_service.memory_tools import Done, Edit, RecallCall, Refusal, ToolError, plan_call
-from state_service.models import Block
+from state_service.models import Block, MemoryMode
 
 RECALL_NOT_CONFIGURED = (
     "Error: {tool} needs the recall service, which is not configured on this server; "
@@ -48,7 +49,10 @@ def execute_memory_tool(
         agent = tx.get_agent(principal.tenant, agent_id)
         if agent is None:
             raise agent_not_found(agent_id)
-        outcome = plan_call(tool_name, arguments_json, agent.blocks)
+        memfs = agent.memory_mode is MemoryMode.MEMFS
+        files = deps.snapshots().get(agent.id, agent.memory_head).files if memfs else {}
+        blocks = file_blocks(files) if memfs else agent.blocks
+        outcome = plan_call(tool_name, arguments_json, blocks)
         if isinstance(outcome, RecallCall):
             return NeedsRecall(outcome, agent.revision)
         if isinstance(outcome, Refusal):
@@ -56,6 +60,26 @@ def execute_memory_tool(
         if isinstance(outcome, Done):
             return ToolResult(True, outcome.text, memory_revision=agent.revision)
         assert isinstance(outcome, Edit)
+        if memfs:
+            # The edit becomes a commit with the agent as author and its reason as message.
+            path = f"system/{outcome.label}.md"
+            new_files = {p: f.content for p, f in files.items()}
+            new_files[path] = with_body(files[path], outcome.new_value)
+            committed = commit_tree(
+                deps,
+                tx,
+                agent,
+                new_files,
+                outcome.reason or f"{tool_name}: {path}",
+                agent.id,
+                now,
+            )
+            return ToolResult(
+                True,
+                outcome.text,
+                rebuilt_agent_ids=[agent.id] if committed.prompt_rebuilt else [],
+                memory_revision=committed.revision,
+            )
         block = next(b for b in agent.blocks if b.label == outcome.label)
         attached = tx.agent_ids_with_block(principal.tenant, block.id)
         result = change_block(deps, tx, block, attached, {"value": outcome.new_value}, now)

@@ -31,13 +31,13 @@ class StateReader(Protocol):
         """The agent with its blocks in render order, or None."""
 
     def get_agent_row(self, tenant: str, agent_id: str) -> Agent | None:
-        """The agent's own fields only: no blocks, an empty `message_ids` (see window_size)."""
+        """The agent's own fields only: no blocks, an empty `message_ids`."""
 
-    def window_size(self, agent_id: str) -> int:
-        """How many messages the window holds, the system message included."""
-
-    def load_agents(self, tenant: str, agent_ids: Sequence[str]) -> list[Agent]:
-        """Agents with their blocks, in the order of `agent_ids` (missing ones skipped)."""
+    def load_agents(
+        self, tenant: str, agent_ids: Sequence[str], windows: bool = True
+    ) -> list[Agent]:
+        """Agents with their blocks, in the order of `agent_ids` (missing ones skipped);
+        without `windows`, their `message_ids` stay empty."""
 
     def list_agents(
         self,
@@ -101,6 +101,9 @@ class StateReader(Protocol):
     def get_plan(self, tenant: str, plan_id: str) -> CompactionPlan | None:
         """A compaction plan, or None."""
 
+    def revision_counter(self, agent_id: str, revision: str) -> int | None:
+        """The memory counter of a MEMFS revision (commit id), or None."""
+
 
 class StateTx(StateReader, Protocol):
     """Writes inside one transaction."""
@@ -141,6 +144,11 @@ class StateTx(StateReader, Protocol):
         delivered_revision: int,
     ) -> None:
         """Records a new window version and history size."""
+
+    def set_memory_head(
+        self, tenant: str, agent_id: str, head: str, counter: int, now: float
+    ) -> None:
+        """Moves a MEMFS agent to a new commit and records its counter."""
 
     def add_archival(self, tenant: str, agent_id: str, count: int) -> None:
         """Counts archival records written for the agent."""

@@ -71,22 +71,17 @@ class SqliteReader:
         return agents[0] if agents else None
 
     def get_agent_row(self, tenant: str, agent_id: str) -> Agent | None:
-        """The agent's own fields only: no blocks, an empty `message_ids` (see window_size)."""
+        """The agent's own fields only: no blocks, an empty `message_ids`."""
         row = self._c.execute(
             f"SELECT {AGENT_COLUMNS} FROM agents WHERE tenant = ? AND id = ?", (tenant, agent_id)
         ).fetchone()
         return None if row is None else agent_row(row, [], [])
 
-    def window_size(self, agent_id: str) -> int:
-        """How many messages the window holds, the system message included."""
-        row = self._c.execute(
-            "SELECT COALESCE(MAX(position) + 1, 0) FROM context_window WHERE agent_id = ?",
-            (agent_id,),
-        ).fetchone()
-        return int(row[0])
-
-    def load_agents(self, tenant: str, agent_ids: Sequence[str]) -> list[Agent]:
-        """Agents with their blocks, in the order of `agent_ids`."""
+    def load_agents(
+        self, tenant: str, agent_ids: Sequence[str], windows: bool = True
+    ) -> list[Agent]:
+        """Agents with their blocks, in the order of `agent_ids`; without `windows`, their
+        `message_ids` stay empty (a fan-out needs only `window_size`)."""
         rows: dict[str, Sequence[Any]] = {}
         for chunk in chunks(agent_ids):
             marks = ",".join("?" * len(chunk))
@@ -97,8 +92,8 @@ class SqliteReader:
                 rows[row[0]] = row
         found = [agent_id for agent_id in agent_ids if agent_id in rows]
         blocks = self._blocks_of(found)
-        windows = self._windows_of(found)
-        return [agent_row(rows[a], blocks[a], windows[a]) for a in found]
+        ids = self._windows_of(found) if windows else {a: [] for a in found}
+        return [agent_row(rows[a], blocks[a], ids[a]) for a in found]
 
     def list_agents(
         self,
@@ -162,8 +157,9 @@ class SqliteReader:
         row = self._c.execute(
             "SELECT a.system_hash, a.memory_revision, a.memory_update_mode, a.context_window,"
             " a.tools_tokens, a.tools_counter, a.context_version, a.delivered_revision,"
-            " a.tools_json, p.system_prompt, p.compiled_memory, p.raw_hash, p.memory_revision,"
-            " p.prompt_hash, p.system_tokens, p.memory_tokens, p.counter, p.built_at"
+            " a.tools_json, a.memory_head, p.system_prompt, p.compiled_memory, p.raw_hash,"
+            " p.memory_revision, p.prompt_hash, p.system_tokens, p.memory_tokens, p.counter,"
+            " p.built_at"
             " FROM agents a LEFT JOIN agent_prompts p ON p.agent_id = a.id"
             " WHERE a.tenant = ? AND a.id = ?",
             (tenant, agent_id),
@@ -171,8 +167,8 @@ class SqliteReader:
         if row is None:
             return None
         prompt = None
-        if row[9] is not None:
-            prompt = StoredPrompt(agent_id, *row[9:18])
+        if row[10] is not None:
+            prompt = StoredPrompt(agent_id, *row[10:19])
         return PromptState(
             agent_id=agent_id,
             system_hash=row[0],
@@ -185,6 +181,7 @@ class SqliteReader:
             context_version=row[6],
             delivered_revision=row[7],
             tools_json=row[8],
+            memory_head=row[9],
         )
 
     def agent_ids_with_block(self, tenant: str, block_id: str) -> list[str]:
@@ -206,7 +203,7 @@ class SqliteReader:
         rows = self._c.execute(
             f"SELECT {MESSAGE_COLUMNS} FROM context_window w"
             " JOIN messages m ON m.id = w.message_id"
-            " LEFT JOIN agent_prompts p ON p.agent_id = m.agent_id"
+            " LEFT JOIN agent_prompts p ON p.agent_id = m.agent_id AND w.position = 0"
             " WHERE w.agent_id = ? AND m.tenant = ? ORDER BY w.position",
             (agent_id, tenant),
         ).fetchall()
@@ -270,6 +267,14 @@ class SqliteReader:
         if row is None:
             return None
         return StepRecord(agent_id, step_id, row[0], tuple(json.loads(row[1])), row[2], row[3])
+
+    def revision_counter(self, agent_id: str, revision: str) -> int | None:
+        """The memory counter of a MEMFS revision (commit id), or None."""
+        row = self._c.execute(
+            "SELECT counter FROM memory_revisions WHERE agent_id = ? AND revision = ?",
+            (agent_id, revision),
+        ).fetchone()
+        return None if row is None else int(row[0])
 
     def get_plan(self, tenant: str, plan_id: str) -> CompactionPlan | None:
         """A compaction plan, or None."""

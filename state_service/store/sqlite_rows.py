@@ -15,9 +15,9 @@ AGENT_COLUMNS = (
     "id, tenant, name, system, model, context_window, tools, tool_rules, tags, metadata,"
     " memory_mode, memory_update_mode, context_version, memory_revision, memory_updated_at,"
     " version, created_at, updated_at, system_message_id, message_count, archival_count,"
-    " delivered_revision, rowkey"
+    " delivered_revision, memory_head, window_size, rowkey"
 )
-AGENT_ROWKEY = 22
+AGENT_ROWKEY = 24
 BLOCK_COLUMNS = (
     "b.id, b.tenant, b.label, b.value, b.char_limit, b.description, b.read_only, b.hidden,"
     " b.tags, b.metadata, b.version, b.created_at, b.updated_at, b.rowkey"
@@ -25,11 +25,15 @@ BLOCK_COLUMNS = (
 # The system message's content is the agent's stored prompt, read at query time.
 MESSAGE_COLUMNS = (
     "m.id, m.agent_id, m.role,"
-    " CASE WHEN m.role = 'system' THEN COALESCE(p.system_prompt, m.content) ELSE m.content END,"
+    " CASE WHEN p.agent_id IS NOT NULL THEN p.system_prompt ELSE m.content END,"
     " m.tool_calls, m.tool_call_id, m.name, m.step_id, m.created_at, m.tokens, m.rowkey,"
     " m.counter"
 )
-MESSAGE_FROM = "messages m LEFT JOIN agent_prompts p ON p.agent_id = m.agent_id"
+# Only the agent's own system message (window position 0) joins its prompt.
+MESSAGE_FROM = (
+    "messages m LEFT JOIN agents a ON a.id = m.agent_id"
+    " LEFT JOIN agent_prompts p ON p.agent_id = m.agent_id AND m.id = a.system_message_id"
+)
 
 
 def block_row(row: Sequence[Any]) -> Block:
@@ -74,6 +78,8 @@ def agent_row(row: Sequence[Any], blocks: list[Block], window: list[str]) -> Age
         message_count=row[19],
         archival_count=row[20],
         delivered_revision=row[21],
+        memory_head=row[22],
+        window_size=row[23],
         blocks=blocks,
         message_ids=window,
     )

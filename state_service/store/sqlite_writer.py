@@ -122,6 +122,8 @@ class SqliteTx(SqliteReader):
             "message_count": agent.message_count,
             "archival_count": agent.archival_count,
             "delivered_revision": agent.delivered_revision,
+            "memory_head": agent.memory_head,
+            "window_size": agent.window_size,
         }
 
     def _set_agent_tags(self, agent: Agent) -> None:
@@ -192,6 +194,21 @@ class SqliteTx(SqliteReader):
             (context_version, message_count, delivered_revision, agent_id, tenant),
         )
 
+    def set_memory_head(
+        self, tenant: str, agent_id: str, head: str, counter: int, now: float
+    ) -> None:
+        """Moves a MEMFS agent to a new commit and records its counter."""
+        self._c.execute(
+            "UPDATE agents SET memory_head = ?, memory_revision = ?, memory_updated_at = ?"
+            " WHERE id = ? AND tenant = ?",
+            (head, counter, now, agent_id, tenant),
+        )
+        self._c.execute(
+            "INSERT OR REPLACE INTO memory_revisions (agent_id, revision, counter)"
+            " VALUES (?, ?, ?)",
+            (agent_id, head, counter),
+        )
+
     def add_archival(self, tenant: str, agent_id: str, count: int) -> None:
         """Counts archival records written for the agent."""
         self._c.execute(
@@ -254,6 +271,9 @@ class SqliteTx(SqliteReader):
         self._c.executemany(
             "INSERT INTO context_window (agent_id, position, message_id) VALUES (?, ?, ?)",
             [(agent_id, start + i, m) for i, m in enumerate(message_ids)],
+        )
+        self._c.execute(
+            "UPDATE agents SET window_size = ? WHERE id = ?", (start + len(message_ids), agent_id)
         )
 
     def set_window(self, agent_id: str, message_ids: Sequence[str]) -> None:

@@ -164,8 +164,7 @@ def test_stale_base_context_version_is_aborted_and_writes_nothing(admin: Any) ->
         ),
         (
             [msg(USER, "ok"), msg(common_pb2.MESSAGE_ROLE_SUMMARY, "sneaky")],
-            "messages[1].role: a step holds system, user, assistant and tool messages, not "
-            "summary",
+            "messages[1].role: a step holds system, user, assistant and tool messages, not summary",
         ),
         (
             [msg(common_pb2.MESSAGE_ROLE_UNSPECIFIED, "no role")],

@@ -1256,6 +1256,7 @@ class CompileContextResponse(_message.Message):
     MESSAGES_FIELD_NUMBER: _builtins.int
     TOOLS_JSON_FIELD_NUMBER: _builtins.int
     CONTEXT_VERSION_FIELD_NUMBER: _builtins.int
+    AVAILABLE_SKILLS_FIELD_NUMBER: _builtins.int
     system_prompt: _builtins.str
     """The system message for the model."""
     compiled_memory: _builtins.str
@@ -1275,6 +1276,10 @@ class CompileContextResponse(_message.Message):
     """
     context_version: _builtins.int
     """The window version; pass it to CommitStep as `base_context_version`."""
+    available_skills: _builtins.str
+    """MEMFS agents: the `<available_skills>` list for this request (never part of the stored
+    prompt); empty when the agent has no skills.
+    """
     @_builtins.property
     def tokens(self) -> Global___TokenAccount: ...
     @_builtins.property
@@ -1295,10 +1300,11 @@ class CompileContextResponse(_message.Message):
         messages: _abc.Iterable[_common_pb2.Message] | None = ...,
         tools_json: _builtins.str = ...,
         context_version: _builtins.int = ...,
+        available_skills: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["tokens", b"tokens"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_hit", b"cache_hit", "compiled_memory", b"compiled_memory", "context_version", b"context_version", "memory_revision", b"memory_revision", "memory_update", b"memory_update", "messages", b"messages", "prompt_hash", b"prompt_hash", "status", b"status", "system_prompt", b"system_prompt", "tokens", b"tokens", "tools_json", b"tools_json"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["available_skills", b"available_skills", "cache_hit", b"cache_hit", "compiled_memory", b"compiled_memory", "context_version", b"context_version", "memory_revision", b"memory_revision", "memory_update", b"memory_update", "messages", b"messages", "prompt_hash", b"prompt_hash", "status", b"status", "system_prompt", b"system_prompt", "tokens", b"tokens", "tools_json", b"tools_json"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1799,3 +1805,380 @@ class ImportAgentResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ImportAgentResponse: _TypeAlias = ImportAgentResponse  # noqa: Y015
+
+@_typing.final
+class MemoryFile(_message.Message):
+    """MemoryFile is one Markdown file of a MEMFS agent's memory."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    CONTENT_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    READ_ONLY_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    BODY_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    """Relative path, e.g. `system/human.md`."""
+    content: _builtins.str
+    """The whole file: frontmatter and body."""
+    description: _builtins.str
+    """From the frontmatter."""
+    read_only: _builtins.bool
+    limit: _builtins.int
+    """0 when the file sets no limit."""
+    body: _builtins.str
+    """The text after the frontmatter."""
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+        content: _builtins.str = ...,
+        description: _builtins.str = ...,
+        read_only: _builtins.bool = ...,
+        limit: _builtins.int = ...,
+        body: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "content", b"content", "description", b"description", "limit", b"limit", "path", b"path", "read_only", b"read_only"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MemoryFile: _TypeAlias = MemoryFile  # noqa: Y015
+
+@_typing.final
+class MemoryFileWrite(_message.Message):
+    """MemoryFileWrite is a file to create or replace in a commit."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    CONTENT_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    content: _builtins.str
+    """The whole file, frontmatter included."""
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+        content: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "path", b"path"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MemoryFileWrite: _TypeAlias = MemoryFileWrite  # noqa: Y015
+
+@_typing.final
+class CommitMemoryFilesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    UPSERTS_FIELD_NUMBER: _builtins.int
+    DELETES_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    AUTHOR_FIELD_NUMBER: _builtins.int
+    EXPECTED_REVISION_FIELD_NUMBER: _builtins.int
+    agent_id: _builtins.str
+    message: _builtins.str
+    """The commit message; a default naming the paths when empty."""
+    author: _builtins.str
+    """`Name <email>` or a bare name; the caller's subject when empty."""
+    expected_revision: _builtins.str
+    """The revision the change was made against; unset or empty skips the check."""
+    @_builtins.property
+    def upserts(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemoryFileWrite]: ...
+    @_builtins.property
+    def deletes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        agent_id: _builtins.str = ...,
+        upserts: _abc.Iterable[Global___MemoryFileWrite] | None = ...,
+        deletes: _abc.Iterable[_builtins.str] | None = ...,
+        message: _builtins.str = ...,
+        author: _builtins.str = ...,
+        expected_revision: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "author", b"author", "deletes", b"deletes", "expected_revision", b"expected_revision", "message", b"message", "upserts", b"upserts"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CommitMemoryFilesRequest: _TypeAlias = CommitMemoryFilesRequest  # noqa: Y015
+
+@_typing.final
+class CommitMemoryFilesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REVISION_FIELD_NUMBER: _builtins.int
+    CHANGED_PATHS_FIELD_NUMBER: _builtins.int
+    PROMPT_REBUILT_FIELD_NUMBER: _builtins.int
+    revision: _builtins.str
+    """The new commit id (the agent's memory revision)."""
+    prompt_rebuilt: _builtins.bool
+    """True when the stored system prompt was rebuilt (not in MESSAGE mode)."""
+    @_builtins.property
+    def changed_paths(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        revision: _builtins.str = ...,
+        changed_paths: _abc.Iterable[_builtins.str] | None = ...,
+        prompt_rebuilt: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changed_paths", b"changed_paths", "prompt_rebuilt", b"prompt_rebuilt", "revision", b"revision"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CommitMemoryFilesResponse: _TypeAlias = CommitMemoryFilesResponse  # noqa: Y015
+
+@_typing.final
+class ListMemoryFilesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    REVISION_FIELD_NUMBER: _builtins.int
+    agent_id: _builtins.str
+    revision: _builtins.str
+    """A commit id; empty means the current revision."""
+    def __init__(
+        self,
+        *,
+        agent_id: _builtins.str = ...,
+        revision: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "revision", b"revision"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListMemoryFilesRequest: _TypeAlias = ListMemoryFilesRequest  # noqa: Y015
+
+@_typing.final
+class ListMemoryFilesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REVISION_FIELD_NUMBER: _builtins.int
+    FILES_FIELD_NUMBER: _builtins.int
+    revision: _builtins.str
+    @_builtins.property
+    def files(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemoryFile]:
+        """Every file, sorted by path."""
+
+    def __init__(
+        self,
+        *,
+        revision: _builtins.str = ...,
+        files: _abc.Iterable[Global___MemoryFile] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["files", b"files", "revision", b"revision"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListMemoryFilesResponse: _TypeAlias = ListMemoryFilesResponse  # noqa: Y015
+
+@_typing.final
+class GetMemoryFileRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    REVISION_FIELD_NUMBER: _builtins.int
+    agent_id: _builtins.str
+    path: _builtins.str
+    revision: _builtins.str
+    def __init__(
+        self,
+        *,
+        agent_id: _builtins.str = ...,
+        path: _builtins.str = ...,
+        revision: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "path", b"path", "revision", b"revision"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetMemoryFileRequest: _TypeAlias = GetMemoryFileRequest  # noqa: Y015
+
+@_typing.final
+class GetMemoryFileResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REVISION_FIELD_NUMBER: _builtins.int
+    FILE_FIELD_NUMBER: _builtins.int
+    revision: _builtins.str
+    @_builtins.property
+    def file(self) -> Global___MemoryFile: ...
+    def __init__(
+        self,
+        *,
+        revision: _builtins.str = ...,
+        file: Global___MemoryFile | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["file", b"file"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["file", b"file", "revision", b"revision"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetMemoryFileResponse: _TypeAlias = GetMemoryFileResponse  # noqa: Y015
+
+@_typing.final
+class MemoryCommit(_message.Message):
+    """MemoryCommit is one commit of a MEMFS agent's memory."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REVISION_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    AUTHOR_FIELD_NUMBER: _builtins.int
+    TIME_FIELD_NUMBER: _builtins.int
+    PARENTS_FIELD_NUMBER: _builtins.int
+    CHANGED_PATHS_FIELD_NUMBER: _builtins.int
+    revision: _builtins.str
+    message: _builtins.str
+    author: _builtins.str
+    @_builtins.property
+    def time(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def parents(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def changed_paths(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Paths added, changed or deleted by the commit."""
+
+    def __init__(
+        self,
+        *,
+        revision: _builtins.str = ...,
+        message: _builtins.str = ...,
+        author: _builtins.str = ...,
+        time: _timestamp_pb2.Timestamp | None = ...,
+        parents: _abc.Iterable[_builtins.str] | None = ...,
+        changed_paths: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["time", b"time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["author", b"author", "changed_paths", b"changed_paths", "message", b"message", "parents", b"parents", "revision", b"revision", "time", b"time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MemoryCommit: _TypeAlias = MemoryCommit  # noqa: Y015
+
+@_typing.final
+class MemoryHistoryRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    agent_id: _builtins.str
+    path: _builtins.str
+    """Only commits that changed this path."""
+    page_size: _builtins.int
+    page_token: _builtins.str
+    def __init__(
+        self,
+        *,
+        agent_id: _builtins.str = ...,
+        path: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "page_size", b"page_size", "page_token", b"page_token", "path", b"path"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MemoryHistoryRequest: _TypeAlias = MemoryHistoryRequest  # noqa: Y015
+
+@_typing.final
+class MemoryHistoryResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COMMITS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    @_builtins.property
+    def commits(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemoryCommit]: ...
+    def __init__(
+        self,
+        *,
+        commits: _abc.Iterable[Global___MemoryCommit] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["commits", b"commits", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MemoryHistoryResponse: _TypeAlias = MemoryHistoryResponse  # noqa: Y015
+
+@_typing.final
+class RevertMemoryRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    REVISION_FIELD_NUMBER: _builtins.int
+    EXPECTED_REVISION_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    AUTHOR_FIELD_NUMBER: _builtins.int
+    agent_id: _builtins.str
+    revision: _builtins.str
+    """The revision whose files to restore."""
+    expected_revision: _builtins.str
+    message: _builtins.str
+    author: _builtins.str
+    def __init__(
+        self,
+        *,
+        agent_id: _builtins.str = ...,
+        revision: _builtins.str = ...,
+        expected_revision: _builtins.str = ...,
+        message: _builtins.str = ...,
+        author: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "author", b"author", "expected_revision", b"expected_revision", "message", b"message", "revision", b"revision"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RevertMemoryRequest: _TypeAlias = RevertMemoryRequest  # noqa: Y015
+
+@_typing.final
+class RevertMemoryResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REVISION_FIELD_NUMBER: _builtins.int
+    CHANGED_PATHS_FIELD_NUMBER: _builtins.int
+    revision: _builtins.str
+    @_builtins.property
+    def changed_paths(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        revision: _builtins.str = ...,
+        changed_paths: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changed_paths", b"changed_paths", "revision", b"revision"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RevertMemoryResponse: _TypeAlias = RevertMemoryResponse  # noqa: Y015

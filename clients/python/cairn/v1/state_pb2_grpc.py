@@ -153,6 +153,31 @@ class StateServiceStub:
                 request_serializer=cairn_dot_v1_dot_state__pb2.ImportAgentRequest.SerializeToString,
                 response_deserializer=cairn_dot_v1_dot_state__pb2.ImportAgentResponse.FromString,
                 _registered_method=True)
+        self.CommitMemoryFiles = channel.unary_unary(
+                '/cairn.v1.StateService/CommitMemoryFiles',
+                request_serializer=cairn_dot_v1_dot_state__pb2.CommitMemoryFilesRequest.SerializeToString,
+                response_deserializer=cairn_dot_v1_dot_state__pb2.CommitMemoryFilesResponse.FromString,
+                _registered_method=True)
+        self.ListMemoryFiles = channel.unary_unary(
+                '/cairn.v1.StateService/ListMemoryFiles',
+                request_serializer=cairn_dot_v1_dot_state__pb2.ListMemoryFilesRequest.SerializeToString,
+                response_deserializer=cairn_dot_v1_dot_state__pb2.ListMemoryFilesResponse.FromString,
+                _registered_method=True)
+        self.GetMemoryFile = channel.unary_unary(
+                '/cairn.v1.StateService/GetMemoryFile',
+                request_serializer=cairn_dot_v1_dot_state__pb2.GetMemoryFileRequest.SerializeToString,
+                response_deserializer=cairn_dot_v1_dot_state__pb2.GetMemoryFileResponse.FromString,
+                _registered_method=True)
+        self.MemoryHistory = channel.unary_unary(
+                '/cairn.v1.StateService/MemoryHistory',
+                request_serializer=cairn_dot_v1_dot_state__pb2.MemoryHistoryRequest.SerializeToString,
+                response_deserializer=cairn_dot_v1_dot_state__pb2.MemoryHistoryResponse.FromString,
+                _registered_method=True)
+        self.RevertMemory = channel.unary_unary(
+                '/cairn.v1.StateService/RevertMemory',
+                request_serializer=cairn_dot_v1_dot_state__pb2.RevertMemoryRequest.SerializeToString,
+                response_deserializer=cairn_dot_v1_dot_state__pb2.RevertMemoryResponse.FromString,
+                _registered_method=True)
 
 
 class StateServiceServicer:
@@ -375,8 +400,57 @@ class StateServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ImportAgent(self, request, context):
-        """Imports an agent file with fresh ids for every agent, block and message.
+        """Imports an agent file with fresh ids for every agent, block and message (a MEMFS
+        agent's repository keeps its commit ids).
         INVALID_ARGUMENT: not an agent file, an unsupported version, or invalid contents.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CommitMemoryFiles(self, request, context):
+        """Writes and deletes memory files of a MEMFS agent as one git commit, or nothing. The
+        agent's memory revision becomes the new commit id and its prompt is rebuilt from it.
+        INVALID_ARGUMENT: a path or file breaks a rule of docs/memfs.md (the message names the
+        path and the rule); nothing is committed.
+        FAILED_PRECONDITION: the agent is not a MEMFS agent, or the change touches a read-only
+        file. NOT_FOUND: no such agent, or a deleted path does not exist.
+        ABORTED: `expected_revision` is set and is not the current revision.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListMemoryFiles(self, request, context):
+        """Lists the memory files at a revision (default: the current one).
+        NOT_FOUND: no such agent or revision. FAILED_PRECONDITION: not a MEMFS agent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetMemoryFile(self, request, context):
+        """Returns one memory file at a revision (default: the current one).
+        NOT_FOUND: no such agent, revision or path. FAILED_PRECONDITION: not a MEMFS agent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def MemoryHistory(self, request, context):
+        """Lists the commits of the agent's memory, newest first, optionally only those that
+        changed `path`.
+        NOT_FOUND: no such agent. FAILED_PRECONDITION: not a MEMFS agent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevertMemory(self, request, context):
+        """Makes a new commit whose files are those of `revision`; the prompt compiles as it did
+        then.
+        NOT_FOUND: no such agent or revision. FAILED_PRECONDITION: not a MEMFS agent.
+        ABORTED: `expected_revision` is set and is not the current revision.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -494,6 +568,31 @@ def add_StateServiceServicer_to_server(servicer, server):
                     servicer.ImportAgent,
                     request_deserializer=cairn_dot_v1_dot_state__pb2.ImportAgentRequest.FromString,
                     response_serializer=cairn_dot_v1_dot_state__pb2.ImportAgentResponse.SerializeToString,
+            ),
+            'CommitMemoryFiles': grpc.unary_unary_rpc_method_handler(
+                    servicer.CommitMemoryFiles,
+                    request_deserializer=cairn_dot_v1_dot_state__pb2.CommitMemoryFilesRequest.FromString,
+                    response_serializer=cairn_dot_v1_dot_state__pb2.CommitMemoryFilesResponse.SerializeToString,
+            ),
+            'ListMemoryFiles': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListMemoryFiles,
+                    request_deserializer=cairn_dot_v1_dot_state__pb2.ListMemoryFilesRequest.FromString,
+                    response_serializer=cairn_dot_v1_dot_state__pb2.ListMemoryFilesResponse.SerializeToString,
+            ),
+            'GetMemoryFile': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetMemoryFile,
+                    request_deserializer=cairn_dot_v1_dot_state__pb2.GetMemoryFileRequest.FromString,
+                    response_serializer=cairn_dot_v1_dot_state__pb2.GetMemoryFileResponse.SerializeToString,
+            ),
+            'MemoryHistory': grpc.unary_unary_rpc_method_handler(
+                    servicer.MemoryHistory,
+                    request_deserializer=cairn_dot_v1_dot_state__pb2.MemoryHistoryRequest.FromString,
+                    response_serializer=cairn_dot_v1_dot_state__pb2.MemoryHistoryResponse.SerializeToString,
+            ),
+            'RevertMemory': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevertMemory,
+                    request_deserializer=cairn_dot_v1_dot_state__pb2.RevertMemoryRequest.FromString,
+                    response_serializer=cairn_dot_v1_dot_state__pb2.RevertMemoryResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1099,6 +1198,141 @@ class StateService:
             '/cairn.v1.StateService/ImportAgent',
             cairn_dot_v1_dot_state__pb2.ImportAgentRequest.SerializeToString,
             cairn_dot_v1_dot_state__pb2.ImportAgentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CommitMemoryFiles(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cairn.v1.StateService/CommitMemoryFiles',
+            cairn_dot_v1_dot_state__pb2.CommitMemoryFilesRequest.SerializeToString,
+            cairn_dot_v1_dot_state__pb2.CommitMemoryFilesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListMemoryFiles(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cairn.v1.StateService/ListMemoryFiles',
+            cairn_dot_v1_dot_state__pb2.ListMemoryFilesRequest.SerializeToString,
+            cairn_dot_v1_dot_state__pb2.ListMemoryFilesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetMemoryFile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cairn.v1.StateService/GetMemoryFile',
+            cairn_dot_v1_dot_state__pb2.GetMemoryFileRequest.SerializeToString,
+            cairn_dot_v1_dot_state__pb2.GetMemoryFileResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MemoryHistory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cairn.v1.StateService/MemoryHistory',
+            cairn_dot_v1_dot_state__pb2.MemoryHistoryRequest.SerializeToString,
+            cairn_dot_v1_dot_state__pb2.MemoryHistoryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevertMemory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cairn.v1.StateService/RevertMemory',
+            cairn_dot_v1_dot_state__pb2.RevertMemoryRequest.SerializeToString,
+            cairn_dot_v1_dot_state__pb2.RevertMemoryResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -165,8 +165,37 @@ class StateServiceStub:
     NOT_FOUND: an agent id names no agent. INVALID_ARGUMENT: no agent ids.
     """
     ImportAgent: _grpc.UnaryUnaryMultiCallable[_state_pb2.ImportAgentRequest, _state_pb2.ImportAgentResponse]
-    """Imports an agent file with fresh ids for every agent, block and message.
+    """Imports an agent file with fresh ids for every agent, block and message (a MEMFS
+    agent's repository keeps its commit ids).
     INVALID_ARGUMENT: not an agent file, an unsupported version, or invalid contents.
+    """
+    CommitMemoryFiles: _grpc.UnaryUnaryMultiCallable[_state_pb2.CommitMemoryFilesRequest, _state_pb2.CommitMemoryFilesResponse]
+    """Writes and deletes memory files of a MEMFS agent as one git commit, or nothing. The
+    agent's memory revision becomes the new commit id and its prompt is rebuilt from it.
+    INVALID_ARGUMENT: a path or file breaks a rule of docs/memfs.md (the message names the
+      path and the rule); nothing is committed.
+    FAILED_PRECONDITION: the agent is not a MEMFS agent, or the change touches a read-only
+      file. NOT_FOUND: no such agent, or a deleted path does not exist.
+    ABORTED: `expected_revision` is set and is not the current revision.
+    """
+    ListMemoryFiles: _grpc.UnaryUnaryMultiCallable[_state_pb2.ListMemoryFilesRequest, _state_pb2.ListMemoryFilesResponse]
+    """Lists the memory files at a revision (default: the current one).
+    NOT_FOUND: no such agent or revision. FAILED_PRECONDITION: not a MEMFS agent.
+    """
+    GetMemoryFile: _grpc.UnaryUnaryMultiCallable[_state_pb2.GetMemoryFileRequest, _state_pb2.GetMemoryFileResponse]
+    """Returns one memory file at a revision (default: the current one).
+    NOT_FOUND: no such agent, revision or path. FAILED_PRECONDITION: not a MEMFS agent.
+    """
+    MemoryHistory: _grpc.UnaryUnaryMultiCallable[_state_pb2.MemoryHistoryRequest, _state_pb2.MemoryHistoryResponse]
+    """Lists the commits of the agent's memory, newest first, optionally only those that
+    changed `path`.
+    NOT_FOUND: no such agent. FAILED_PRECONDITION: not a MEMFS agent.
+    """
+    RevertMemory: _grpc.UnaryUnaryMultiCallable[_state_pb2.RevertMemoryRequest, _state_pb2.RevertMemoryResponse]
+    """Makes a new commit whose files are those of `revision`; the prompt compiles as it did
+    then.
+    NOT_FOUND: no such agent or revision. FAILED_PRECONDITION: not a MEMFS agent.
+    ABORTED: `expected_revision` is set and is not the current revision.
     """
 
 @_typing.type_check_only
@@ -306,8 +335,37 @@ class StateServiceAsyncStub(StateServiceStub):
     NOT_FOUND: an agent id names no agent. INVALID_ARGUMENT: no agent ids.
     """
     ImportAgent: _aio.UnaryUnaryMultiCallable[_state_pb2.ImportAgentRequest, _state_pb2.ImportAgentResponse]  # type: ignore[assignment]
-    """Imports an agent file with fresh ids for every agent, block and message.
+    """Imports an agent file with fresh ids for every agent, block and message (a MEMFS
+    agent's repository keeps its commit ids).
     INVALID_ARGUMENT: not an agent file, an unsupported version, or invalid contents.
+    """
+    CommitMemoryFiles: _aio.UnaryUnaryMultiCallable[_state_pb2.CommitMemoryFilesRequest, _state_pb2.CommitMemoryFilesResponse]  # type: ignore[assignment]
+    """Writes and deletes memory files of a MEMFS agent as one git commit, or nothing. The
+    agent's memory revision becomes the new commit id and its prompt is rebuilt from it.
+    INVALID_ARGUMENT: a path or file breaks a rule of docs/memfs.md (the message names the
+      path and the rule); nothing is committed.
+    FAILED_PRECONDITION: the agent is not a MEMFS agent, or the change touches a read-only
+      file. NOT_FOUND: no such agent, or a deleted path does not exist.
+    ABORTED: `expected_revision` is set and is not the current revision.
+    """
+    ListMemoryFiles: _aio.UnaryUnaryMultiCallable[_state_pb2.ListMemoryFilesRequest, _state_pb2.ListMemoryFilesResponse]  # type: ignore[assignment]
+    """Lists the memory files at a revision (default: the current one).
+    NOT_FOUND: no such agent or revision. FAILED_PRECONDITION: not a MEMFS agent.
+    """
+    GetMemoryFile: _aio.UnaryUnaryMultiCallable[_state_pb2.GetMemoryFileRequest, _state_pb2.GetMemoryFileResponse]  # type: ignore[assignment]
+    """Returns one memory file at a revision (default: the current one).
+    NOT_FOUND: no such agent, revision or path. FAILED_PRECONDITION: not a MEMFS agent.
+    """
+    MemoryHistory: _aio.UnaryUnaryMultiCallable[_state_pb2.MemoryHistoryRequest, _state_pb2.MemoryHistoryResponse]  # type: ignore[assignment]
+    """Lists the commits of the agent's memory, newest first, optionally only those that
+    changed `path`.
+    NOT_FOUND: no such agent. FAILED_PRECONDITION: not a MEMFS agent.
+    """
+    RevertMemory: _aio.UnaryUnaryMultiCallable[_state_pb2.RevertMemoryRequest, _state_pb2.RevertMemoryResponse]  # type: ignore[assignment]
+    """Makes a new commit whose files are those of `revision`; the prompt compiles as it did
+    then.
+    NOT_FOUND: no such agent or revision. FAILED_PRECONDITION: not a MEMFS agent.
+    ABORTED: `expected_revision` is set and is not the current revision.
     """
 
 class StateServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -576,8 +634,67 @@ class StateServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _state_pb2.ImportAgentRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_state_pb2.ImportAgentResponse, _abc.Awaitable[_state_pb2.ImportAgentResponse]]:
-        """Imports an agent file with fresh ids for every agent, block and message.
+        """Imports an agent file with fresh ids for every agent, block and message (a MEMFS
+        agent's repository keeps its commit ids).
         INVALID_ARGUMENT: not an agent file, an unsupported version, or invalid contents.
+        """
+
+    @_abc_1.abstractmethod
+    def CommitMemoryFiles(
+        self,
+        request: _state_pb2.CommitMemoryFilesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_state_pb2.CommitMemoryFilesResponse, _abc.Awaitable[_state_pb2.CommitMemoryFilesResponse]]:
+        """Writes and deletes memory files of a MEMFS agent as one git commit, or nothing. The
+        agent's memory revision becomes the new commit id and its prompt is rebuilt from it.
+        INVALID_ARGUMENT: a path or file breaks a rule of docs/memfs.md (the message names the
+          path and the rule); nothing is committed.
+        FAILED_PRECONDITION: the agent is not a MEMFS agent, or the change touches a read-only
+          file. NOT_FOUND: no such agent, or a deleted path does not exist.
+        ABORTED: `expected_revision` is set and is not the current revision.
+        """
+
+    @_abc_1.abstractmethod
+    def ListMemoryFiles(
+        self,
+        request: _state_pb2.ListMemoryFilesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_state_pb2.ListMemoryFilesResponse, _abc.Awaitable[_state_pb2.ListMemoryFilesResponse]]:
+        """Lists the memory files at a revision (default: the current one).
+        NOT_FOUND: no such agent or revision. FAILED_PRECONDITION: not a MEMFS agent.
+        """
+
+    @_abc_1.abstractmethod
+    def GetMemoryFile(
+        self,
+        request: _state_pb2.GetMemoryFileRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_state_pb2.GetMemoryFileResponse, _abc.Awaitable[_state_pb2.GetMemoryFileResponse]]:
+        """Returns one memory file at a revision (default: the current one).
+        NOT_FOUND: no such agent, revision or path. FAILED_PRECONDITION: not a MEMFS agent.
+        """
+
+    @_abc_1.abstractmethod
+    def MemoryHistory(
+        self,
+        request: _state_pb2.MemoryHistoryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_state_pb2.MemoryHistoryResponse, _abc.Awaitable[_state_pb2.MemoryHistoryResponse]]:
+        """Lists the commits of the agent's memory, newest first, optionally only those that
+        changed `path`.
+        NOT_FOUND: no such agent. FAILED_PRECONDITION: not a MEMFS agent.
+        """
+
+    @_abc_1.abstractmethod
+    def RevertMemory(
+        self,
+        request: _state_pb2.RevertMemoryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_state_pb2.RevertMemoryResponse, _abc.Awaitable[_state_pb2.RevertMemoryResponse]]:
+        """Makes a new commit whose files are those of `revision`; the prompt compiles as it did
+        then.
+        NOT_FOUND: no such agent or revision. FAILED_PRECONDITION: not a MEMFS agent.
+        ABORTED: `expected_revision` is set and is not the current revision.
         """
 
 def add_StateServiceServicer_to_server(servicer: StateServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
