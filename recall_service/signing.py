@@ -69,6 +69,7 @@ class Signer:
 
 def load_or_create(data_dir: Path) -> Signer:
     """The data directory's signing key, created (mode 0600) when there is none."""
+    data_dir.mkdir(parents=True, exist_ok=True)
     path = data_dir / KEY_FILE
     if not path.exists():
         key = Ed25519PrivateKey.generate()
