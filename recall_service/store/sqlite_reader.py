@@ -1,0 +1,229 @@
+"""Queries of the embedded log store, on one connection."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from recall_service.merkle import Coord
+from recall_service.models import Checkpoint, Participant, Record, Stream, StreamKind
+from recall_service.store.base import RecordQuery
+from recall_service.store.sqlite_rows import (
+    CHECKPOINT_COLUMNS,
+    RECORD_COLUMNS,
+    REDACTED_BY,
+    STREAM_COLUMNS,
+    checkpoint_of,
+    participant_of,
+    record_of,
+    stream_of,
+)
+
+
+class SqliteLogReader:
+    """Queries over one connection."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._c = conn
+
+    def get_stream(self, tenant: str, stream_id: str) -> Stream | None:
+        """The stream, or None (also for another tenant's)."""
+        row = self._c.execute(
+            f"SELECT {STREAM_COLUMNS} FROM streams WHERE tenant = ? AND id = ?",
+            (tenant, stream_id),
+        ).fetchone()
+        return None if row is None else stream_of(row)
+
+    def list_streams(
+        self, tenant: str, *, after: int, limit: int, kind: StreamKind | None, agent: str | None
+    ) -> list[tuple[int, Stream]]:
+        """Up to `limit` streams after row key `after`, in creation order."""
+        where = ""
+        params: list[Any] = []
+        if kind is not None:
+            where += " AND kind = ?"
+            params.append(int(kind))
+        if agent is not None:
+            where += (
+                " AND rowkey IN (SELECT stream FROM participants"
+                " WHERE agent_id = ? AND detached_seq = 0)"
+            )
+            params.append(agent)
+        rows = self._c.execute(
+            f"SELECT {STREAM_COLUMNS} FROM streams WHERE tenant = ? AND rowkey > ?{where}"
+            " ORDER BY rowkey LIMIT ?",
+            [tenant, after, *params, limit],
+        ).fetchall()
+        return [(row[0], stream_of(row)) for row in rows]
+
+    def participant(self, stream: Stream, agent_id: str) -> Participant | None:
+        """The agent's participant row (active or detached), or None."""
+        found = self.participants(stream, [agent_id])
+        return found.get(agent_id)
+
+    def participants(self, stream: Stream, agent_ids: Sequence[str]) -> dict[str, Participant]:
+        """Participant rows of several agents."""
+        unique = list(dict.fromkeys(agent_ids))
+        if not unique:
+            return {}
+        marks = ",".join("?" * len(unique))
+        rows = self._c.execute(
+            "SELECT agent_id, role, attached_seq, attached_at, detached_seq FROM participants"
+            f" WHERE stream = ? AND agent_id IN ({marks})",
+            [stream.key, *unique],
+        ).fetchall()
+        return {row[0]: participant_of(row) for row in rows}
+
+    def membership_events(self, stream: Stream, upto_seq: int) -> list[Record]:
+        """ATTACH and DETACH records up to `upto_seq`, in log order."""
+        rows = self._c.execute(
+            f"SELECT {RECORD_COLUMNS} FROM records r WHERE r.stream = ? AND r.seq <= ?"
+            " AND r.kind IN (2, 3) ORDER BY r.seq",
+            (stream.key, upto_seq),
+        ).fetchall()
+        return [record_of(stream.id, row) for row in rows]
+
+    def record(self, stream: Stream, seq: int) -> Record | None:
+        """One record."""
+        row = self._c.execute(
+            f"SELECT {RECORD_COLUMNS}, {REDACTED_BY} FROM records r"
+            " WHERE r.stream = ? AND r.seq = ?",
+            (stream.key, seq),
+        ).fetchone()
+        return None if row is None else record_of(stream.id, row, row[16])
+
+    def records(
+        self, stream: Stream, query: RecordQuery, *, after: int, limit: int
+    ) -> list[Record]:
+        """Up to `limit` records matching `query`, after `after` in the query's order."""
+        where: list[str] = []
+        params: list[Any] = [stream.key]
+        if after:
+            where.append("r.seq < ?" if query.newest_first else "r.seq > ?")
+            params.append(after)
+        if not query.include_events:
+            where.append("r.kind = 1")
+        if query.authors:
+            where.append(f"r.source_agent_id IN ({','.join('?' * len(query.authors))})")
+            params.extend(query.authors)
+        if query.first_seq:
+            where.append("r.seq >= ?")
+            params.append(query.first_seq)
+        if query.last_seq:
+            where.append("r.seq <= ?")
+            params.append(query.last_seq)
+        if query.start is not None:
+            where.append("r.created_at >= ?")
+            params.append(query.start)
+        if query.end is not None:
+            where.append("r.created_at < ?")
+            params.append(query.end)
+        if query.tags:
+            marks = ",".join("?" * len(query.tags))
+            having = " GROUP BY seq HAVING COUNT(*) = ?" if query.match_all_tags else ""
+            where.append(
+                f"r.seq IN (SELECT seq FROM record_tags WHERE stream = ? AND tag IN ({marks})"
+                f"{having})"
+            )
+            params.extend([stream.key, *query.tags])
+            if query.match_all_tags:
+                params.append(len(set(query.tags)))
+        clause = "".join(f" AND {w}" for w in where)
+        order = "DESC" if query.newest_first else "ASC"
+        rows = self._c.execute(
+            f"SELECT {RECORD_COLUMNS}, {REDACTED_BY} FROM records r WHERE r.stream = ?{clause}"
+            f" ORDER BY r.seq {order} LIMIT ?",
+            [*params, limit],
+        ).fetchall()
+        return [record_of(stream.id, row, row[16]) for row in rows]
+
+    def by_idempotency_keys(self, stream: Stream, keys: Sequence[str]) -> dict[str, Record]:
+        """Records written with these idempotency keys."""
+        unique = [k for k in dict.fromkeys(keys) if k]
+        found: dict[str, Record] = {}
+        for start in range(0, len(unique), 500):
+            chunk = unique[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            rows = self._c.execute(
+                f"SELECT {RECORD_COLUMNS}, {REDACTED_BY} FROM records r"
+                f" WHERE r.stream = ? AND r.idempotency_key IN ({marks})",
+                [stream.key, *chunk],
+            ).fetchall()
+            for row in rows:
+                record = record_of(stream.id, row, row[16])
+                found[record.idempotency_key] = record
+        return found
+
+    def overlapping(
+        self, stream: Stream, within: int, *, after: tuple[int, int], limit: int
+    ) -> list[tuple[Record, Record]]:
+        """Pairs of MESSAGE records by different authors at most `within` µs apart."""
+        a_columns = RECORD_COLUMNS.replace("r.", "a.")
+        rows = self._c.execute(
+            f"SELECT {RECORD_COLUMNS}, {a_columns} FROM records r"
+            " JOIN records a INDEXED BY records_by_time ON a.stream = r.stream"
+            " AND a.created_at >= r.created_at - ? AND a.created_at <= r.created_at"
+            " AND a.seq < r.seq AND a.kind = 1 AND a.source_agent_id != r.source_agent_id"
+            " WHERE r.stream = ? AND r.kind = 1 AND r.seq >= ? AND (r.seq, a.seq) > (?, ?)"
+            " ORDER BY r.seq, a.seq LIMIT ?",
+            (within, stream.key, after[0], after[0], after[1], limit),
+        ).fetchall()
+        return [(record_of(stream.id, row[16:]), record_of(stream.id, row[:16])) for row in rows]
+
+    def nodes(self, stream: Stream, coords: Sequence[Coord]) -> dict[Coord, bytes]:
+        """Stored Merkle nodes; level-0 nodes are the records' leaf hashes.
+
+        One primary-key lookup per node: a proof needs O(log n) of them, and each is a
+        B-tree descent, whatever the stream's size.
+        """
+        found: dict[Coord, bytes] = {}
+        for level, index in coords:
+            if level == 0:
+                row = self._c.execute(
+                    "SELECT leaf_hash FROM records WHERE stream = ? AND seq = ?",
+                    (stream.key, index + 1),
+                ).fetchone()
+            else:
+                row = self._c.execute(
+                    "SELECT hash FROM merkle_nodes WHERE stream = ? AND level = ? AND idx = ?",
+                    (stream.key, level, index),
+                ).fetchone()
+            if row is not None:
+                found[(level, index)] = row[0]
+        return found
+
+    def latest_checkpoint(self, stream: Stream) -> Checkpoint | None:
+        """The checkpoint of the largest size."""
+        row = self._c.execute(
+            f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE stream = ?"
+            " ORDER BY size DESC LIMIT 1",
+            (stream.key,),
+        ).fetchone()
+        return None if row is None else checkpoint_of(stream, row)
+
+    def iter_records(self, stream: Stream) -> Iterator[Record]:
+        """Every stored record in seq order, exactly as stored."""
+        cursor = self._c.execute(
+            f"SELECT {RECORD_COLUMNS} FROM records r WHERE r.stream = ? ORDER BY r.seq",
+            (stream.key,),
+        )
+        for row in cursor:
+            yield record_of(stream.id, row)
+
+    def iter_nodes(self, stream: Stream) -> Iterator[tuple[Coord, bytes]]:
+        """Every stored interior node."""
+        cursor = self._c.execute(
+            "SELECT level, idx, hash FROM merkle_nodes WHERE stream = ?", (stream.key,)
+        )
+        for level, index, digest in cursor:
+            yield (level, index), digest
+
+    def iter_checkpoints(self, stream: Stream) -> Iterator[Checkpoint]:
+        """Every stored checkpoint by size."""
+        cursor = self._c.execute(
+            f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE stream = ? ORDER BY size",
+            (stream.key,),
+        )
+        for row in cursor:
+            yield checkpoint_of(stream, row)
