@@ -150,11 +150,54 @@ def _usable(state: PromptState, deps: Deps) -> StoredPrompt | None:
     return None
 
 
+class ContextCache:
+    """The last compiled context per agent, with the key it was compiled under."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._items: OrderedDict[str, tuple[tuple[object, ...], CompiledContext]] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def get(self, agent_id: str, key: tuple[object, ...]) -> CompiledContext | None:
+        """The cached context when it was compiled under `key`."""
+        with self._lock:
+            found = self._items.get(agent_id)
+        return found[1] if found is not None and found[0] == key else None
+
+    def put(self, agent_id: str, key: tuple[object, ...], context: CompiledContext) -> None:
+        """Remembers a context and its key."""
+        with self._lock:
+            self._items[agent_id] = (key, context)
+            self._items.move_to_end(agent_id)
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+
+
 def cached_context(
     deps: Deps, principal: Principal, agent_id: str, settings: ContextSettings
 ) -> CompiledContext | None:
-    """The context from the stored prompt, or None when it must be recompiled (reads only)."""
+    """The context from the stored prompt, or None when it must be recompiled (reads only).
+
+    One light read of the context's key serves a context compiled before under the same
+    key; only when the key moved are the prompt, window and tools read and assembled.
+    """
     access.require_agent_access(principal, agent_id, "compile")
+    reader = deps.store.reader()
+    key = reader.get_context_key(principal.tenant, agent_id)
+    if key is None:
+        raise agent_not_found(agent_id)
+    hit = deps.contexts.get(agent_id, key)
+    if hit is not None:
+        return hit
+    context = _assemble(deps, principal, agent_id, settings)
+    if context is not None:
+        deps.contexts.put(agent_id, key, context)
+    return context
+
+
+def _assemble(
+    deps: Deps, principal: Principal, agent_id: str, settings: ContextSettings
+) -> CompiledContext | None:
     reader = deps.store.reader()
     state = reader.get_prompt_state(principal.tenant, agent_id)
     if state is None:

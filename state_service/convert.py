@@ -299,11 +299,13 @@ def tokens_to_pb(t: TokenAccount) -> state_pb2.TokenAccount:
     )
 
 
-def compile_response(result: CompiledContext) -> state_pb2.CompileContextResponse:
-    """CompileContext's response."""
+def compile_response(
+    result: CompiledContext, with_memory: bool = True
+) -> state_pb2.CompileContextResponse:
+    """CompileContext's response (without `compiled_memory` for the PROMPT view)."""
     return state_pb2.CompileContextResponse(
         system_prompt=result.system_prompt,
-        compiled_memory=result.compiled_memory,
+        compiled_memory=result.compiled_memory if with_memory else "",
         memory_revision=result.memory_revision,
         prompt_hash=result.prompt_hash,
         tokens=tokens_to_pb(result.tokens),

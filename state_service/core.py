@@ -26,7 +26,7 @@ from state_service.tokens import CachedCounts, EstimateCounter, TokenCounter
 from state_service.window import WindowCache
 
 if TYPE_CHECKING:
-    from state_service.context import FreshMemoryCache
+    from state_service.context import ContextCache, FreshMemoryCache
 
 
 def agent_not_found(agent_id: str) -> NotFound:
@@ -50,13 +50,15 @@ class Deps:
     counts: CachedCounts = field(init=False)
     windows: WindowCache = field(init=False)
     fresh_memory: FreshMemoryCache = field(init=False)
+    contexts: ContextCache = field(init=False)
 
     def __post_init__(self) -> None:
-        from state_service.context import FreshMemoryCache
+        from state_service.context import ContextCache, FreshMemoryCache
 
         self.counts = CachedCounts(self.counter)
         self.windows = WindowCache()
         self.fresh_memory = FreshMemoryCache()
+        self.contexts = ContextCache()
 
     def new_id(self, kind: str) -> str:
         """A fresh resource id such as `agent-<uuid>`."""

@@ -55,12 +55,16 @@ class StateServicer(state_pb2_grpc.StateServiceServicer):
             OrderedDict()
         )
 
-    def _compile_response(self, result: CompiledContext) -> state_pb2.CompileContextResponse:
+    def _compile_response(
+        self, result: CompiledContext, view: int
+    ) -> state_pb2.CompileContextResponse:
         # Equal cache keys give equal responses, so a converted response is reused as is.
-        key = result.cache_key
+        key = (*result.cache_key, view)
         response = self._responses.get(key)
         if response is None:
-            response = convert.compile_response(result)
+            response = convert.compile_response(
+                result, with_memory=view != state_pb2.CONTEXT_VIEW_PROMPT
+            )
             self._responses[key] = response
             if len(self._responses) > 1024:
                 self._responses.popitem(last=False)
@@ -274,7 +278,7 @@ class StateServicer(state_pb2_grpc.StateServiceServicer):
                 result = await self.run.read(cached_context, *args)
             if result is None:
                 result = await self.run.write(recompile_context, *args)
-            return self._compile_response(result)
+            return self._compile_response(result, request.view)
         raise AssertionError("unreachable")
 
     async def WatchAgent(

@@ -37,14 +37,25 @@ def _file_lines(file: MemoryFileData) -> list[str]:
     return lines
 
 
-def _render_node(name: str, node: _Node) -> list[str]:
-    lines = [f"<{name}>"]
+def _render_node(name: str, node: _Node) -> list[list[str]]:
+    """The node as chunks of lines: the opening tag with the node's own file, each child's
+    chunks, then the closing tag. A file's chunk reads the same in every commit that does not
+    change it, so its token count is cached."""
+    head = [f"<{name}>"]
     if node.file is not None:
-        lines += _file_lines(node.file)
+        head += _file_lines(node.file)
+    chunks = [head]
     for child in sorted(node.children):
-        lines += _render_node(child, node.children[child])
-    lines.append(f"</{name}>")
-    return lines
+        chunks += _render_node(child, node.children[child])
+    chunks.append([f"</{name}>"])
+    return chunks
+
+
+def _pieces(chunks: list[list[str]]) -> list[str]:
+    """Chunks as text pieces split after a newline; together they are the lines joined."""
+    pieces = ["\n".join(chunk) + "\n" for chunk in chunks]
+    pieces[-1] = pieces[-1][:-1]
+    return pieces
 
 
 def _system_tree(files: Mapping[str, MemoryFileData]) -> _Node:
@@ -84,28 +95,28 @@ def _tree_lines(paths: list[str]) -> list[str]:
 
 
 def render_memfs(files: Mapping[str, MemoryFileData]) -> list[str]:
-    """The compiled memory of a MEMFS agent, as pieces (sections and their separators)."""
-    sections: list[str] = []
+    """The compiled memory of a MEMFS agent, as pieces: sections, their separators, and
+    within `<memory>` one piece per file."""
+    sections: list[list[str]] = []
     persona = files.get(PERSONA)
     if persona is not None:
-        sections.append("\n".join(["<self>", *_file_lines(persona), "</self>"]))
+        sections.append(["\n".join(["<self>", *_file_lines(persona), "</self>"])])
     tree = _system_tree(files)
     if tree.children:
-        lines = ["<memory>"]
+        chunks = [["<memory>"]]
         for name in sorted(tree.children):
-            lines += _render_node(name, tree.children[name])
-        lines.append("</memory>")
-        sections.append("\n".join(lines))
+            chunks += _render_node(name, tree.children[name])
+        chunks.append(["</memory>"])
+        sections.append(_pieces(chunks))
     external = sorted(path for path in files if not path.startswith(("system/", "skills/")))
     if external:
-        sections.append(
-            "\n".join(["<external_projection>", *_tree_lines(external), "</external_projection>"])
-        )
+        lines = ["<external_projection>", *_tree_lines(external), "</external_projection>"]
+        sections.append(["\n".join(lines)])
     parts: list[str] = []
     for i, section in enumerate(sections):
         if i:
             parts.append("\n\n")
-        parts.append(section)
+        parts += section
     return parts
 
 

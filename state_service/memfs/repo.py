@@ -9,7 +9,9 @@ The `main` branch mirrors the agent's revision; the state store holds the revisi
 from __future__ import annotations
 
 import base64
+import ctypes
 import fcntl
+import os
 import re
 import shutil
 import threading
@@ -39,6 +41,25 @@ class CommitInfo:
     changed_paths: tuple[str, ...]
 
 
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def sync_filesystem(path: Path) -> None:
+    """Flushes the filesystem holding `path` to disk (one syncfs call for all the objects a
+    commit wrote, instead of an fsync per object file and directory).
+
+    The state store records a revision only after this returns, so a power loss cannot
+    leave the agent at a commit whose objects never reached the disk.
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if _libc.syncfs(fd) != 0:
+            error = ctypes.get_errno()
+            raise OSError(error, f"syncfs failed: {os.strerror(error)}")
+    finally:
+        os.close(fd)
+
+
 def signature(author: str, now: float) -> pygit2.Signature:
     """A git signature from `Name <email>` or a bare name."""
     match = _AUTHOR.fullmatch(author)
@@ -51,9 +72,10 @@ def signature(author: str, now: float) -> pygit2.Signature:
 class MemoryRepo:
     """One agent's repository."""
 
-    def __init__(self, path: Path, repo: pygit2.Repository) -> None:
+    def __init__(self, path: Path, repo: pygit2.Repository, sync: bool = True) -> None:
         self.path = path
         self._repo = repo
+        self.sync = sync
 
     # --- reading -------------------------------------------------------------------------
 
@@ -133,11 +155,59 @@ class MemoryRepo:
         self, parent: str | None, files: Mapping[str, str], message: str, author: str, now: float
     ) -> str:
         """Writes a commit whose tree holds exactly `files`; moves no branch."""
+        return self._create(parent, self._tree(files), message, author, now)
+
+    def write_changes(
+        self,
+        parent: str,
+        changes: Mapping[str, str | None],
+        message: str,
+        author: str,
+        now: float,
+    ) -> str:
+        """Writes a commit of the parent's tree with `changes` applied (text, or None to
+        delete). Only the changed files and the trees on their paths are written, so a
+        commit costs what it changes, not the size of the memory."""
+        nested: dict[str, object] = {}
+        for path, text in changes.items():
+            node = nested
+            *dirs, name = path.split("/")
+            for segment in dirs:
+                node = node.setdefault(segment, {})  # type: ignore[assignment]
+            node[name] = text
+        tree = self._patch_tree(self.commit(parent).tree, nested)
+        return self._create(parent, tree, message, author, now)
+
+    def _patch_tree(self, base: pygit2.Tree | None, changes: Mapping[str, object]) -> pygit2.Oid:
+        builder = self._repo.TreeBuilder(base) if base is not None else self._repo.TreeBuilder()
+        for name, change in changes.items():
+            if isinstance(change, dict):
+                existing = base[name] if base is not None and name in base else None
+                subtree = existing if isinstance(existing, pygit2.Tree) else None
+                oid = self._patch_tree(subtree, change)
+                if len(self._repo[oid]) == 0:  # type: ignore[arg-type]
+                    if builder.get(name) is not None:
+                        builder.remove(name)
+                else:
+                    builder.insert(name, oid, FileMode.TREE)
+            elif change is None:
+                if builder.get(name) is not None:
+                    builder.remove(name)
+            else:
+                blob = self._repo.create_blob(str(change).encode("utf-8"))
+                builder.insert(name, blob, FileMode.BLOB)
+        return builder.write()
+
+    def _create(
+        self, parent: str | None, tree: pygit2.Oid, message: str, author: str, now: float
+    ) -> str:
         sig = signature(author, now)
         committer = pygit2.Signature("cairn", "cairn@cairn.local", int(now), 0)
         parents = [self.commit(parent).id] if parent else []
-        oid = self._repo.create_commit(None, sig, committer, message, self._tree(files), parents)
-        return str(oid)
+        commit = str(self._repo.create_commit(None, sig, committer, message, tree, parents))
+        if self.sync:
+            sync_filesystem(self.path)
+        return commit
 
     def set_branch(self, revision: str) -> None:
         """Points `main` (and so HEAD) at `revision`."""
@@ -187,7 +257,8 @@ _TYPE_NAMES = {value: key for key, value in _TYPES.items()}
 class MemoryRepos:
     """The repositories of all MEMFS agents under one root directory."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, sync: bool = True) -> None:
+        self.sync = sync
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self._cache: dict[str, MemoryRepo] = {}
@@ -202,7 +273,9 @@ class MemoryRepos:
         """A new, empty repository for the agent."""
         path = self._path(agent_id)
         repo = pygit2.init_repository(str(path), bare=False, initial_head="main")
-        memory = MemoryRepo(path, repo)
+        # The branch only mirrors the revision the state store holds; a reflog adds nothing.
+        repo.config["core.logAllRefUpdates"] = False
+        memory = MemoryRepo(path, repo, self.sync)
         with self._lock:
             self._cache[agent_id] = memory
         return memory
@@ -216,7 +289,7 @@ class MemoryRepos:
         path = self._path(agent_id)
         if not (path / ".git").exists():
             raise NotFound(f"the memory repository of agent '{agent_id}' is missing")
-        memory = MemoryRepo(path, pygit2.Repository(str(path)))
+        memory = MemoryRepo(path, pygit2.Repository(str(path)), self.sync)
         with self._lock:
             self._cache[agent_id] = memory
         return memory

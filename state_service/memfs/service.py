@@ -188,7 +188,9 @@ def commit_tree(
     now: float,
 ) -> Committed:
     """Commits `files` as the agent's whole memory inside `tx`, unless nothing changed."""
-    current = deps.snapshots().get(agent.id, agent.memory_head).files
+    snapshots = deps.snapshots()
+    base = snapshots.get(agent.id, agent.memory_head)
+    current = base.files
     changed = sorted(
         path
         for path in set(files) | set(current)
@@ -197,8 +199,15 @@ def commit_tree(
     if not changed:
         return Committed(agent.memory_head, [], False)
     text = message.strip() or f"Update {', '.join(changed)}"
-    repo = deps.snapshots().repos.open(agent.id)
-    head = repo.write_commit(agent.memory_head, files, text, author, now)
+    changes = {path: files.get(path) for path in changed}
+    repo = snapshots.repos.open(agent.id)
+    head = repo.write_changes(agent.memory_head, changes, text, author, now)
+    snapshots.derive(
+        agent.id,
+        base,
+        head,
+        {p: None if t is None else parse_file(p, p, t) for p, t in changes.items()},
+    )
     return move_head(deps, tx, agent, head, changed, now)
 
 

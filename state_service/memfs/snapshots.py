@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from state_service.memfs.files import MemoryFileData, parse_file
@@ -41,9 +42,28 @@ class MemorySnapshots:
         texts = self.repos.open(agent_id).read_files(revision)
         # Committed files passed validation when they were committed.
         files = {path: parse_file(path, path, text) for path, text in texts.items()}
+        return self._store(agent_id, revision, files)
+
+    def derive(
+        self,
+        agent_id: str,
+        base: Snapshot,
+        revision: str,
+        changes: Mapping[str, MemoryFileData | None],
+    ) -> Snapshot:
+        """The snapshot of a commit made from `base` with `changes`, without reading it back."""
+        files = dict(base.files)
+        for path, file in changes.items():
+            if file is None:
+                files.pop(path, None)
+            else:
+                files[path] = file
+        return self._store(agent_id, revision, files)
+
+    def _store(self, agent_id: str, revision: str, files: dict[str, MemoryFileData]) -> Snapshot:
         snapshot = Snapshot(revision, files, tuple(render_memfs(files)), available_skills(files))
         with self._lock:
-            self._cache[key] = snapshot
+            self._cache[(agent_id, revision)] = snapshot
             while len(self._cache) > self._size:
                 self._cache.popitem(last=False)
         return snapshot

@@ -69,6 +69,10 @@ class StateReader(Protocol):
     def get_prompt_state(self, tenant: str, agent_id: str) -> PromptState | None:
         """The compile cache's keys and entry for one agent, in one read."""
 
+    def get_context_key(self, tenant: str, agent_id: str) -> tuple[object, ...] | None:
+        """Everything a compiled context depends on, without its texts: equal keys mean an
+        equal context, so a cached one can be served after this one light read."""
+
     def agent_ids_with_block(self, tenant: str, block_id: str) -> list[str]:
         """Ids of the agents the block is attached to."""
 

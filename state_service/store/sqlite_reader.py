@@ -184,6 +184,19 @@ class SqliteReader:
             memory_head=row[9],
         )
 
+    def get_context_key(self, tenant: str, agent_id: str) -> tuple[object, ...] | None:
+        """Everything a compiled context depends on, without its texts: equal keys mean an
+        equal context, so a cached one can be served after this one light read."""
+        row = self._c.execute(
+            "SELECT a.system_hash, a.memory_revision, a.memory_update_mode, a.context_window,"
+            " a.tools_counter, a.context_version, a.delivered_revision, a.memory_head,"
+            " a.version, p.prompt_hash, p.memory_revision, p.counter, p.raw_hash"
+            " FROM agents a LEFT JOIN agent_prompts p ON p.agent_id = a.id"
+            " WHERE a.tenant = ? AND a.id = ?",
+            (tenant, agent_id),
+        ).fetchone()
+        return None if row is None else tuple(row)
+
     def agent_ids_with_block(self, tenant: str, block_id: str) -> list[str]:
         """Ids of the agents the block is attached to, oldest agent first."""
         rows = self._c.execute(

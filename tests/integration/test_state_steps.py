@@ -118,6 +118,18 @@ def test_commit_step_appends_to_window_and_history(admin: Any) -> None:
     assert [m.id for m in listed[1:]] == [m.id for m in reply.messages]
 
 
+def test_prompt_view_leaves_out_the_compiled_memory(admin: Any) -> None:
+    agent = new_agent(admin)
+    full = compile_(admin, agent.id)
+    prompt = admin.CompileContext(
+        state_pb2.CompileContextRequest(agent_id=agent.id, view=state_pb2.CONTEXT_VIEW_PROMPT)
+    )
+    assert full.compiled_memory in full.system_prompt
+    assert prompt.compiled_memory == ""
+    prompt.compiled_memory = full.compiled_memory
+    assert prompt == full
+
+
 def test_retried_step_returns_the_first_result_and_writes_nothing(admin: Any) -> None:
     agent = new_agent(admin)
     first = turn(admin, agent.id, "s1", "hi")

@@ -165,6 +165,12 @@ class Harness:
         )
         return True
 
+    def _compile(self, agent_id: str) -> Any:
+        # The prompt view leaves out compiled_memory, which the system prompt already holds.
+        return self._state.CompileContext(
+            state_pb2.CompileContextRequest(agent_id=agent_id, view=state_pb2.CONTEXT_VIEW_PROMPT)
+        )
+
     def _run_tool(self, agent_id: str, name: str, arguments: str) -> str:
         if name in MEMORY_TOOLS:
             reply = self._state.ExecuteMemoryTool(
@@ -184,7 +190,7 @@ class Harness:
         ]
         result = TurnResult(reply="", steps=0)
         for _ in range(self._max_steps):
-            context = self._state.CompileContext(state_pb2.CompileContextRequest(agent_id=agent_id))
+            context = self._compile(agent_id)
             if context.status == state_pb2.CONTEXT_STATUS_CONTEXT_WINDOW_OVERFLOW_IN_SYSTEM_PROMPT:
                 raise HarnessError(
                     f"agent {agent_id}: the system prompt alone ({context.tokens.system} tokens) "
@@ -194,9 +200,7 @@ class Harness:
                 agent_id
             ):
                 result.compactions += 1
-                context = self._state.CompileContext(
-                    state_pb2.CompileContextRequest(agent_id=agent_id)
-                )
+                context = self._compile(agent_id)
             step = list(pending)
             if context.memory_update:
                 step.insert(

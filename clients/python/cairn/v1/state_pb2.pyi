@@ -145,6 +145,34 @@ CONTEXT_STATUS_CONTEXT_WINDOW_OVERFLOW_IN_SYSTEM_PROMPT: ContextStatus.ValueType
 """The system prompt alone does not fit the window: a stop reason."""
 Global___ContextStatus: _TypeAlias = ContextStatus  # noqa: Y015
 
+class _ContextView:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ContextViewEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ContextView.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    CONTEXT_VIEW_UNSPECIFIED: _ContextView.ValueType  # 0
+    """Same as CONTEXT_VIEW_FULL."""
+    CONTEXT_VIEW_FULL: _ContextView.ValueType  # 1
+    """Everything, `compiled_memory` included."""
+    CONTEXT_VIEW_PROMPT: _ContextView.ValueType  # 2
+    """Without `compiled_memory`, which the system prompt already contains; for harnesses
+    that send the prompt as is (halves the reply for a large memory).
+    """
+
+class ContextView(_ContextView, metaclass=_ContextViewEnumTypeWrapper):
+    """ContextView selects how much of a compiled context a reply carries."""
+
+CONTEXT_VIEW_UNSPECIFIED: ContextView.ValueType  # 0
+"""Same as CONTEXT_VIEW_FULL."""
+CONTEXT_VIEW_FULL: ContextView.ValueType  # 1
+"""Everything, `compiled_memory` included."""
+CONTEXT_VIEW_PROMPT: ContextView.ValueType  # 2
+"""Without `compiled_memory`, which the system prompt already contains; for harnesses
+that send the prompt as is (halves the reply for a large memory).
+"""
+Global___ContextView: _TypeAlias = ContextView  # noqa: Y015
+
 class _EventType:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -1224,18 +1252,21 @@ class CompileContextRequest(_message.Message):
 
     AGENT_ID_FIELD_NUMBER: _builtins.int
     FORCE_RECOMPILE_FIELD_NUMBER: _builtins.int
+    VIEW_FIELD_NUMBER: _builtins.int
     agent_id: _builtins.str
     force_recompile: _builtins.bool
     """Ignore the stored prompt and compile afresh (the result is persisted)."""
+    view: Global___ContextView.ValueType
     def __init__(
         self,
         *,
         agent_id: _builtins.str = ...,
         force_recompile: _builtins.bool = ...,
+        view: Global___ContextView.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "force_recompile", b"force_recompile"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "force_recompile", b"force_recompile", "view", b"view"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
