@@ -411,10 +411,10 @@ class StateServiceServicer:
     def CommitMemoryFiles(self, request, context):
         """Writes and deletes memory files of a MEMFS agent as one git commit, or nothing. The
         agent's memory revision becomes the new commit id and its prompt is rebuilt from it.
-        INVALID_ARGUMENT: a path or file breaks a rule of docs/memfs.md (the message names the
-        path and the rule); nothing is committed.
-        FAILED_PRECONDITION: the agent is not a MEMFS agent, or the change touches a read-only
-        file. NOT_FOUND: no such agent, or a deleted path does not exist.
+        INVALID_ARGUMENT: a path or file breaks a rule of docs/memfs.md — including a change to
+        a read-only file (the message names the path and the rule); nothing is committed.
+        FAILED_PRECONDITION: the agent is not a MEMFS agent.
+        NOT_FOUND: no such agent, or a deleted path does not exist.
         ABORTED: `expected_revision` is set and is not the current revision.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

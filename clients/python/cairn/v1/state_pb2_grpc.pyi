@@ -172,10 +172,10 @@ class StateServiceStub:
     CommitMemoryFiles: _grpc.UnaryUnaryMultiCallable[_state_pb2.CommitMemoryFilesRequest, _state_pb2.CommitMemoryFilesResponse]
     """Writes and deletes memory files of a MEMFS agent as one git commit, or nothing. The
     agent's memory revision becomes the new commit id and its prompt is rebuilt from it.
-    INVALID_ARGUMENT: a path or file breaks a rule of docs/memfs.md (the message names the
-      path and the rule); nothing is committed.
-    FAILED_PRECONDITION: the agent is not a MEMFS agent, or the change touches a read-only
-      file. NOT_FOUND: no such agent, or a deleted path does not exist.
+    INVALID_ARGUMENT: a path or file breaks a rule of docs/memfs.md — including a change to
+      a read-only file (the message names the path and the rule); nothing is committed.
+    FAILED_PRECONDITION: the agent is not a MEMFS agent.
+    NOT_FOUND: no such agent, or a deleted path does not exist.
     ABORTED: `expected_revision` is set and is not the current revision.
     """
     ListMemoryFiles: _grpc.UnaryUnaryMultiCallable[_state_pb2.ListMemoryFilesRequest, _state_pb2.ListMemoryFilesResponse]
@@ -342,10 +342,10 @@ class StateServiceAsyncStub(StateServiceStub):
     CommitMemoryFiles: _aio.UnaryUnaryMultiCallable[_state_pb2.CommitMemoryFilesRequest, _state_pb2.CommitMemoryFilesResponse]  # type: ignore[assignment]
     """Writes and deletes memory files of a MEMFS agent as one git commit, or nothing. The
     agent's memory revision becomes the new commit id and its prompt is rebuilt from it.
-    INVALID_ARGUMENT: a path or file breaks a rule of docs/memfs.md (the message names the
-      path and the rule); nothing is committed.
-    FAILED_PRECONDITION: the agent is not a MEMFS agent, or the change touches a read-only
-      file. NOT_FOUND: no such agent, or a deleted path does not exist.
+    INVALID_ARGUMENT: a path or file breaks a rule of docs/memfs.md — including a change to
+      a read-only file (the message names the path and the rule); nothing is committed.
+    FAILED_PRECONDITION: the agent is not a MEMFS agent.
+    NOT_FOUND: no such agent, or a deleted path does not exist.
     ABORTED: `expected_revision` is set and is not the current revision.
     """
     ListMemoryFiles: _aio.UnaryUnaryMultiCallable[_state_pb2.ListMemoryFilesRequest, _state_pb2.ListMemoryFilesResponse]  # type: ignore[assignment]
@@ -647,10 +647,10 @@ class StateServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_state_pb2.CommitMemoryFilesResponse, _abc.Awaitable[_state_pb2.CommitMemoryFilesResponse]]:
         """Writes and deletes memory files of a MEMFS agent as one git commit, or nothing. The
         agent's memory revision becomes the new commit id and its prompt is rebuilt from it.
-        INVALID_ARGUMENT: a path or file breaks a rule of docs/memfs.md (the message names the
-          path and the rule); nothing is committed.
-        FAILED_PRECONDITION: the agent is not a MEMFS agent, or the change touches a read-only
-          file. NOT_FOUND: no such agent, or a deleted path does not exist.
+        INVALID_ARGUMENT: a path or file breaks a rule of docs/memfs.md — including a change to
+          a read-only file (the message names the path and the rule); nothing is committed.
+        FAILED_PRECONDITION: the agent is not a MEMFS agent.
+        NOT_FOUND: no such agent, or a deleted path does not exist.
         ABORTED: `expected_revision` is set and is not the current revision.
         """
 
