@@ -221,7 +221,8 @@ class RecallServiceServicer:
 
     def ListParticipants(self, request, context):
         """Lists the participants, now or as they were right after record `at_seq`, replayed from
-        the log's ATTACH and DETACH records, in the order they were first attached.
+        the log's ATTACH and DETACH records, in the order their current membership began (a
+        role change keeps an agent's place; detaching and attaching again moves it to the end).
         INVALID_ARGUMENT: at_seq beyond the stream's size; page_size / page_token as for lists.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

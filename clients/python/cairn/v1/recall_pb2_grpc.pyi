@@ -87,7 +87,8 @@ class RecallServiceStub:
     """
     ListParticipants: _grpc.UnaryUnaryMultiCallable[_recall_pb2.ListParticipantsRequest, _recall_pb2.ListParticipantsResponse]
     """Lists the participants, now or as they were right after record `at_seq`, replayed from
-    the log's ATTACH and DETACH records, in the order they were first attached.
+    the log's ATTACH and DETACH records, in the order their current membership began (a
+    role change keeps an agent's place; detaching and attaching again moves it to the end).
     INVALID_ARGUMENT: at_seq beyond the stream's size; page_size / page_token as for lists.
     """
     Write: _grpc.UnaryUnaryMultiCallable[_recall_pb2.WriteRequest, _recall_pb2.WriteResponse]
@@ -206,7 +207,8 @@ class RecallServiceAsyncStub(RecallServiceStub):
     """
     ListParticipants: _aio.UnaryUnaryMultiCallable[_recall_pb2.ListParticipantsRequest, _recall_pb2.ListParticipantsResponse]  # type: ignore[assignment]
     """Lists the participants, now or as they were right after record `at_seq`, replayed from
-    the log's ATTACH and DETACH records, in the order they were first attached.
+    the log's ATTACH and DETACH records, in the order their current membership began (a
+    role change keeps an agent's place; detaching and attaching again moves it to the end).
     INVALID_ARGUMENT: at_seq beyond the stream's size; page_size / page_token as for lists.
     """
     Write: _aio.UnaryUnaryMultiCallable[_recall_pb2.WriteRequest, _recall_pb2.WriteResponse]  # type: ignore[assignment]
@@ -358,7 +360,8 @@ class RecallServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_recall_pb2.ListParticipantsResponse, _abc.Awaitable[_recall_pb2.ListParticipantsResponse]]:
         """Lists the participants, now or as they were right after record `at_seq`, replayed from
-        the log's ATTACH and DETACH records, in the order they were first attached.
+        the log's ATTACH and DETACH records, in the order their current membership began (a
+        role change keeps an agent's place; detaching and attaching again moves it to the end).
         INVALID_ARGUMENT: at_seq beyond the stream's size; page_size / page_token as for lists.
         """
 
