@@ -9,9 +9,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from cairn_server import sqlite as sqlite_util
+from cairn_server.sqldb import SqliteDb
 from state_service.models import AgentEvent
-from state_service.store.sqlite_reader import SqliteReader
-from state_service.store.sqlite_writer import SqliteTx
+from state_service.store.sql_reader import SqlReader
+from state_service.store.sql_writer import SqlTx
 
 STATE_FILE = "state.sqlite3"
 
@@ -48,17 +49,17 @@ class SqliteStateStore:
     def _in_batch(self) -> bool:
         return self._batch_thread == threading.get_ident()
 
-    def reader(self) -> SqliteReader:
+    def reader(self) -> SqlReader:
         """Queries on this thread's own connection (inside a batch: the batch's, so a unit
         of work reads what earlier units of the batch wrote)."""
         if self._in_batch():
-            return SqliteReader(self._writer)
-        reader: SqliteReader | None = getattr(self._local, "reader", None)
+            return SqlReader(SqliteDb(self._writer))
+        reader: SqlReader | None = getattr(self._local, "reader", None)
         if reader is None:
             conn = sqlite_util.connect(self._path, read_only=True)
             with self._readers_lock:
                 self._readers.append(conn)
-            reader = self._local.reader = SqliteReader(conn)
+            reader = self._local.reader = SqlReader(SqliteDb(conn))
         return reader
 
     @contextmanager
@@ -82,12 +83,12 @@ class SqliteStateStore:
             self._publish(events)
 
     @contextmanager
-    def transaction(self) -> Iterator[SqliteTx]:
+    def transaction(self) -> Iterator[SqlTx]:
         """A unit of work: BEGIN IMMEDIATE ... COMMIT, or a savepoint inside a batch."""
         if self._in_batch():
             self._savepoints += 1
             name = f"unit{self._savepoints}"
-            tx = SqliteTx(self._writer)
+            tx = SqlTx(SqliteDb(self._writer))
             self._writer.execute(f"SAVEPOINT {name}")
             try:
                 yield tx
@@ -100,7 +101,7 @@ class SqliteStateStore:
             self._batch_events.extend(tx.events)
             return
         with self._write_lock:
-            tx = SqliteTx(self._writer)
+            tx = SqlTx(SqliteDb(self._writer))
             self._writer.execute("BEGIN IMMEDIATE")
             try:
                 yield tx

@@ -1,12 +1,12 @@
-"""Queries of the SQLite state store."""
+"""Queries of the SQL state stores (SQLite and PostgreSQL alike)."""
 
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+from cairn_server.sqldb import Db
 from state_service.models import (
     Agent,
     Block,
@@ -17,7 +17,7 @@ from state_service.models import (
     StepRecord,
     StoredPrompt,
 )
-from state_service.store.sqlite_rows import (
+from state_service.store.sql_rows import (
     AGENT_COLUMNS,
     AGENT_ROWKEY,
     BLOCK_COLUMNS,
@@ -31,11 +31,14 @@ from state_service.store.sqlite_rows import (
 )
 
 
-class SqliteReader:
-    """Queries over one connection."""
+class SqlReader:
+    """Queries over one connection. Inside a transaction, reads of rows the transaction may
+    change take row locks (`_lock`: FOR UPDATE on PostgreSQL)."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self._c = conn
+    _lock = ""
+
+    def __init__(self, db: Db) -> None:
+        self._c = db
 
     # --- agents and blocks ---------------------------------------------------------------
 
@@ -73,7 +76,8 @@ class SqliteReader:
     def get_agent_row(self, tenant: str, agent_id: str) -> Agent | None:
         """The agent's own fields only: no blocks, an empty `message_ids`."""
         row = self._c.execute(
-            f"SELECT {AGENT_COLUMNS} FROM agents WHERE tenant = ? AND id = ?", (tenant, agent_id)
+            f"SELECT {AGENT_COLUMNS} FROM agents WHERE tenant = ? AND id = ?{self._lock}",
+            (tenant, agent_id),
         ).fetchone()
         return None if row is None else agent_row(row, [], [])
 
@@ -86,7 +90,8 @@ class SqliteReader:
         for chunk in chunks(agent_ids):
             marks = ",".join("?" * len(chunk))
             for row in self._c.execute(
-                f"SELECT {AGENT_COLUMNS} FROM agents WHERE tenant = ? AND id IN ({marks})",
+                f"SELECT {AGENT_COLUMNS} FROM agents WHERE tenant = ? AND id IN ({marks})"
+                f" ORDER BY id{self._lock}",
                 [tenant, *chunk],
             ):
                 rows[row[0]] = row
@@ -125,7 +130,7 @@ class SqliteReader:
     def get_block(self, tenant: str, block_id: str) -> Block | None:
         """The block, or None."""
         row = self._c.execute(
-            f"SELECT {BLOCK_COLUMNS} FROM blocks b WHERE b.tenant = ? AND b.id = ?",
+            f"SELECT {BLOCK_COLUMNS} FROM blocks b WHERE b.tenant = ? AND b.id = ?{self._lock}",
             (tenant, block_id),
         ).fetchone()
         return None if row is None else block_row(row)
@@ -293,7 +298,7 @@ class SqliteReader:
         """A compaction plan, or None."""
         row = self._c.execute(
             "SELECT agent_id, base_context_version, message_ids, created_at, applied_at"
-            " FROM compaction_plans WHERE plan_id = ? AND tenant = ?",
+            f" FROM compaction_plans WHERE plan_id = ? AND tenant = ?{self._lock}",
             (plan_id, tenant),
         ).fetchone()
         if row is None:

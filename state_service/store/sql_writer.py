@@ -1,12 +1,12 @@
-"""Writes of the SQLite state store, inside one transaction or savepoint."""
+"""Writes of the SQL state stores, inside one transaction (or savepoint)."""
 
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+from cairn_server.sqldb import Db
 from state_service.compile import sha256_hex
 from state_service.models import (
     Agent,
@@ -19,15 +19,16 @@ from state_service.models import (
     ToolsPayload,
 )
 from state_service.store.codec import calls_to_json, rules_to_json, tools_to_json
-from state_service.store.sqlite_reader import SqliteReader
-from state_service.store.sqlite_rows import chunks
+from state_service.store.sql_reader import SqlReader
+from state_service.store.sql_rows import chunks
 
 
-class SqliteTx(SqliteReader):
-    """Writes on the writer connection inside BEGIN IMMEDIATE ... COMMIT."""
+class SqlTx(SqlReader):
+    """Writes inside one transaction; its reads lock the rows they return."""
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        super().__init__(conn)
+    def __init__(self, db: Db) -> None:
+        super().__init__(db)
+        self._lock = db.for_update
         self.events: list[AgentEvent] = []
 
     # --- blocks --------------------------------------------------------------------------
@@ -204,8 +205,8 @@ class SqliteTx(SqliteReader):
             (head, counter, now, agent_id, tenant),
         )
         self._c.execute(
-            "INSERT OR REPLACE INTO memory_revisions (agent_id, revision, counter)"
-            " VALUES (?, ?, ?)",
+            "INSERT INTO memory_revisions (agent_id, revision, counter) VALUES (?, ?, ?)"
+            " ON CONFLICT (agent_id, revision) DO UPDATE SET counter = excluded.counter",
             (agent_id, head, counter),
         )
 
@@ -219,9 +220,14 @@ class SqliteTx(SqliteReader):
     def save_prompts(self, prompts: Sequence[StoredPrompt]) -> None:
         """Stores compiled prompts, replacing earlier ones."""
         self._c.executemany(
-            "INSERT OR REPLACE INTO agent_prompts (agent_id, system_prompt, compiled_memory,"
+            "INSERT INTO agent_prompts (agent_id, system_prompt, compiled_memory,"
             " raw_hash, memory_revision, prompt_hash, system_tokens, memory_tokens, counter,"
-            " built_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " built_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (agent_id) DO UPDATE SET system_prompt = excluded.system_prompt,"
+            " compiled_memory = excluded.compiled_memory, raw_hash = excluded.raw_hash,"
+            " memory_revision = excluded.memory_revision, prompt_hash = excluded.prompt_hash,"
+            " system_tokens = excluded.system_tokens, memory_tokens = excluded.memory_tokens,"
+            " counter = excluded.counter, built_at = excluded.built_at",
             [
                 (
                     p.agent_id,

@@ -1,4 +1,4 @@
-"""Row layouts of the SQLite state store and their mapping to domain objects."""
+"""Row layouts of the SQL state stores and their mapping to domain objects."""
 
 from __future__ import annotations
 

@@ -1,0 +1,95 @@
+"""One small interface over SQLite and PostgreSQL connections, so that a store's queries
+are written once.
+
+Queries use `?` placeholders (or `:name` with a mapping); the PostgreSQL side rewrites them
+to psycopg's `%s` / `%(name)s`. `for_update` is the row-lock clause a transaction's reads
+append: empty on SQLite, whose writer transaction already holds the database.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
+from typing import Any, Protocol
+
+Params = Sequence[Any] | Mapping[str, Any]
+
+
+class Cursor(Protocol):
+    """What queries return."""
+
+    @property
+    def rowcount(self) -> int:
+        """Rows the statement changed."""
+
+    def fetchone(self) -> Any:
+        """The next row, or None."""
+
+    def fetchall(self) -> list[Any]:
+        """The remaining rows."""
+
+    def __iter__(self) -> Any:
+        """Iterates the rows."""
+
+
+class Db(Protocol):
+    """A connection, as the stores use it."""
+
+    for_update: str
+
+    def execute(self, sql: str, params: Params = ()) -> Cursor:
+        """Runs one statement."""
+
+    def executemany(self, sql: str, rows: Iterable[Params]) -> None:
+        """Runs one statement for each row of parameters."""
+
+
+class SqliteDb:
+    """A sqlite3 connection."""
+
+    for_update = ""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def execute(self, sql: str, params: Params = ()) -> Cursor:
+        """Runs one statement."""
+        return self.conn.execute(sql, params)
+
+    def executemany(self, sql: str, rows: Iterable[Params]) -> None:
+        """Runs one statement for each row of parameters."""
+        self.conn.executemany(sql, rows)
+
+
+_NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+
+
+@lru_cache(maxsize=4096)
+def to_psycopg(sql: str) -> bytes:
+    """`?` and `:name` placeholders as psycopg's `%s` and `%(name)s` (as bytes, the query
+    type psycopg takes for text built at run time)."""
+    sql = sql.replace("%", "%%")
+    return _NAMED.sub(r"%(\1)s", sql.replace("?", "%s")).encode()
+
+
+class PostgresDb:
+    """A psycopg connection."""
+
+    for_update = " FOR UPDATE"
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def execute(self, sql: str, params: Params = ()) -> Cursor:
+        """Runs one statement."""
+        cursor: Cursor = self.conn.execute(to_psycopg(sql), params or None)
+        return cursor
+
+    def executemany(self, sql: str, rows: Iterable[Params]) -> None:
+        """Runs one statement for each row of parameters."""
+        batch = list(rows)
+        if batch:
+            with self.conn.cursor() as cursor:
+                cursor.executemany(to_psycopg(sql), batch)
