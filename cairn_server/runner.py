@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import queue
+import random
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
@@ -53,9 +55,13 @@ class Runner:
         batch: Callable[[], AbstractContextManager[Any]] | None = None,
         write_threads: int = 1,
         read_threads: int = 8,
+        retry_on: tuple[type[BaseException], ...] = (),
+        attempts: int = 5,
     ) -> None:
         self._inline_reads = inline_reads
         self._batch = batch
+        self._retry_on = retry_on
+        self._attempts = attempts
         self._reads = (
             None
             if inline_reads
@@ -82,10 +88,24 @@ class Runner:
         """Runs a function that may write; answers once its writes are committed."""
         loop = asyncio.get_running_loop()
         if self._writes is not None:
-            return await loop.run_in_executor(self._writes, partial(fn, *args, **kwargs))
+            return await loop.run_in_executor(
+                self._writes, partial(self._retrying, partial(fn, *args, **kwargs))
+            )
         future: asyncio.Future[T] = loop.create_future()
         self._queue.put(_Job(partial(fn, *args, **kwargs), loop, future))
         return await future
+
+    def _retrying(self, call: Callable[[], T]) -> T:
+        """Runs a unit of work again when the database aborted it for a conflict (a
+        deadlock or serialization failure): it wrote nothing, so it can simply rerun."""
+        for attempt in range(1, self._attempts + 1):
+            try:
+                return call()
+            except self._retry_on:
+                if attempt == self._attempts:
+                    raise
+                time.sleep(0.005 * attempt * (1 + random.random()))
+        raise AssertionError("unreachable")
 
     def _write_loop(self) -> None:
         assert self._batch is not None

@@ -93,3 +93,55 @@ class PostgresDb:
         if batch:
             with self.conn.cursor() as cursor:
                 cursor.executemany(to_psycopg(sql), batch)
+
+
+class _Rows:
+    """Rows already fetched, with the cursor interface the stores use."""
+
+    def __init__(self, rows: list[Any], rowcount: int) -> None:
+        self._rows = rows
+        self._index = 0
+        self._rowcount = rowcount
+
+    @property
+    def rowcount(self) -> int:
+        """Rows the statement changed."""
+        return self._rowcount
+
+    def fetchone(self) -> Any:
+        """The next row, or None."""
+        if self._index >= len(self._rows):
+            return None
+        row = self._rows[self._index]
+        self._index += 1
+        return row
+
+    def fetchall(self) -> list[Any]:
+        """The remaining rows."""
+        rows = self._rows[self._index :]
+        self._index = len(self._rows)
+        return rows
+
+    def __iter__(self) -> Any:
+        return iter(self.fetchall())
+
+
+class PooledDb:
+    """Reads on a PostgreSQL pool: each statement borrows a connection for itself."""
+
+    for_update = ""
+
+    def __init__(self, pool: Any) -> None:
+        self._pool = pool
+
+    def execute(self, sql: str, params: Params = ()) -> Cursor:
+        """Runs one statement and fetches its rows."""
+        with self._pool.connection() as conn:
+            cursor = conn.execute(to_psycopg(sql), params or None)
+            rows = cursor.fetchall() if cursor.description is not None else []
+            return _Rows(rows, cursor.rowcount)
+
+    def executemany(self, sql: str, rows: Iterable[Params]) -> None:
+        """Runs one statement for each row of parameters."""
+        with self._pool.connection() as conn:
+            PostgresDb(conn).executemany(sql, rows)

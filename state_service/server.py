@@ -11,7 +11,8 @@ from pydantic import Field
 
 from cairn.v1 import state_pb2, state_pb2_grpc
 from cairn_server import log
-from cairn_server.auth import Authenticator
+from cairn_server.auth import Authenticator, KeyStore
+from cairn_server.keys_postgres import PostgresKeyStore
 from cairn_server.keys_sqlite import SqliteKeyStore
 from cairn_server.rpc import RpcGuard
 from cairn_server.runner import Runner
@@ -23,6 +24,8 @@ from state_service.events import EventHub
 from state_service.memfs.repo import MemoryRepos
 from state_service.memfs.snapshots import MemorySnapshots
 from state_service.servicer import StateServicer
+from state_service.store.base import StateStore
+from state_service.store.postgres import PostgresStateStore
 from state_service.store.sqlite import SqliteStateStore
 from state_service.tokens import make_counter
 
@@ -35,6 +38,9 @@ class StateSettings(ServerSettings):
 
     compaction_threshold: float = Field(default=0.9, gt=0, le=1)
     tokenizer: str = "estimate"
+    database_url: str = ""
+    database_schema: str = "public"
+    memfs_sync: bool = True
 
 
 STATE_ENV = {
@@ -42,6 +48,9 @@ STATE_ENV = {
     "port": "CAIRN_STATE_PORT",
     "compaction_threshold": "CAIRN_COMPACTION_THRESHOLD",
     "tokenizer": "CAIRN_TOKENIZER",
+    "database_url": "CAIRN_DATABASE_URL",
+    "database_schema": "CAIRN_DATABASE_SCHEMA",
+    "memfs_sync": "CAIRN_MEMFS_SYNC",
 }
 
 
@@ -50,6 +59,18 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     add_server_flags(parser, DEFAULT_PORT)
     parser.add_argument(
         "--compaction-threshold", type=float, help="share of the window that needs compaction"
+    )
+    parser.add_argument(
+        "--database-url",
+        help="PostgreSQL URL for a fleet (env CAIRN_DATABASE_URL); default: SQLite in the data dir",
+    )
+    parser.add_argument("--database-schema", help="PostgreSQL schema (default public)")
+    parser.add_argument(
+        "--no-memfs-sync",
+        dest="memfs_sync",
+        action="store_false",
+        default=None,
+        help="skip flushing MemFS objects to disk before a revision moves (env CAIRN_MEMFS_SYNC)",
     )
     parser.add_argument(
         "--tokenizer",
@@ -69,9 +90,22 @@ async def serve(settings: StateSettings) -> None:
     data_dir = settings.resolved_data_dir()
     data_dir.mkdir(parents=True, exist_ok=True)
     hub = EventHub()
-    store = SqliteStateStore(data_dir, hub.publish)
-    keys = None if settings.insecure_local else SqliteKeyStore(data_dir)
-    runner = Runner(inline_reads=True, batch=store.batch)
+    store: StateStore
+    keys: KeyStore | None
+    if settings.database_url:
+        pg = PostgresStateStore(settings.database_url, schema=settings.database_schema)
+        store = pg
+        keys = (
+            None
+            if settings.insecure_local
+            else PostgresKeyStore(settings.database_url, settings.database_schema)
+        )
+        runner = Runner(inline_reads=False, write_threads=8, retry_on=pg.retryable)
+    else:
+        sqlite_store = SqliteStateStore(data_dir)
+        store = sqlite_store
+        keys = None if settings.insecure_local else SqliteKeyStore(data_dir)
+        runner = Runner(inline_reads=True, batch=sqlite_store.batch)
     try:
         counter = make_counter(settings.tokenizer)
     except ValueError as error:
@@ -79,7 +113,7 @@ async def serve(settings: StateSettings) -> None:
     deps = Deps(
         store=store,
         counter=counter,
-        memfs=MemorySnapshots(MemoryRepos(data_dir / "memfs")),
+        memfs=MemorySnapshots(MemoryRepos(data_dir / "memfs", sync=settings.memfs_sync)),
     )
     servicer = StateServicer(
         deps,
@@ -95,6 +129,7 @@ async def serve(settings: StateSettings) -> None:
 
     async def on_start() -> None:
         hub.bind(asyncio.get_running_loop())
+        store.set_publisher(hub.publish)
 
     def close() -> None:
         runner.close()

@@ -7,7 +7,7 @@ the SQLite and the PostgreSQL store implement it, so nothing above changes betwe
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol
 
@@ -187,6 +187,9 @@ class StateStore(Protocol):
 
     def reader(self) -> StateReader:
         """Queries, on a connection the calling thread may use."""
+
+    def set_publisher(self, publish: Callable[[list[AgentEvent]], None]) -> None:
+        """Where committed events go (the server's event hub)."""
 
     def transaction(self) -> AbstractContextManager[StateTx]:
         """A unit of work: commits on normal exit, rolls back on an exception."""

@@ -77,7 +77,7 @@ def channel(server: ServerProcess) -> Iterator[grpc.Channel]:
 
 @pytest.fixture(scope="module")
 def key(server: ServerProcess) -> str:
-    return make_key(server.data_dir, "acme")
+    return make_key(server, "acme")
 
 
 def test_tool_calls_edit_memory_and_the_step_is_committed(channel: grpc.Channel, key: str) -> None:

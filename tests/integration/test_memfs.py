@@ -21,8 +21,12 @@ PERSONA = "---\ndescription: Who I am\nread_only: true\n---\nI am careful.\n"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    proc = ServerProcess("state_service", tmp_path_factory.mktemp("memfs"), free_port(), [], {})
+def server(
+    tmp_path_factory: pytest.TempPathFactory, state_backend: list[str]
+) -> Iterator[ServerProcess]:
+    proc = ServerProcess(
+        "state_service", tmp_path_factory.mktemp("memfs"), free_port(), state_backend, {}
+    )
     yield proc.start()
     proc.kill()
 
@@ -30,7 +34,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 @pytest.fixture(scope="module")
 def admin(server: ServerProcess) -> Iterator[Any]:
     with grpc.insecure_channel(server.address) as channel:
-        yield state_client(channel, make_key(server.data_dir, "acme"))
+        yield state_client(channel, make_key(server, "acme"))
 
 
 def new_agent(client: Any, **kw: Any) -> state_pb2.Agent:
@@ -436,7 +440,7 @@ def test_export_import_keeps_commit_ids(admin: Any, server_factory: Any) -> None
     ]
     fresh = server_factory()
     with grpc.insecure_channel(fresh.address) as channel:
-        other = state_client(channel, make_key(fresh.data_dir, "acme"))
+        other = state_client(channel, make_key(fresh, "acme"))
         imported = other.ImportAgent(
             state_pb2.ImportAgentRequest(agent_file_json=exported.agent_file_json)
         ).agents[0]

@@ -16,14 +16,16 @@ from grpc_status import rpc_status
 
 from cairn.v1 import state_pb2
 from tests.clients import block, rpc_error, state_client
-from tests.servers import ServerProcess, free_port, make_key
+from tests.servers import ServerProcess, free_port, key_store, make_key
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(
+    tmp_path_factory: pytest.TempPathFactory, state_backend: list[str]
+) -> Iterator[ServerProcess]:
     data_dir = tmp_path_factory.mktemp("state")
     proc = ServerProcess(
-        "state_service", data_dir, free_port(), ["--max-message-bytes", "65536"], {}
+        "state_service", data_dir, free_port(), ["--max-message-bytes", "65536", *state_backend], {}
     ).start()
     yield proc
     proc.kill()
@@ -37,12 +39,12 @@ def channel(server: ServerProcess) -> Iterator[grpc.Channel]:
 
 @pytest.fixture(scope="module")
 def admin(server: ServerProcess, channel: grpc.Channel) -> Any:
-    return state_client(channel, make_key(server.data_dir, "acme"))
+    return state_client(channel, make_key(server, "acme"))
 
 
 @pytest.fixture(scope="module")
 def other_tenant(server: ServerProcess, channel: grpc.Channel) -> Any:
-    return state_client(channel, make_key(server.data_dir, "globex"))
+    return state_client(channel, make_key(server, "globex"))
 
 
 def mask(*paths: str) -> field_mask_pb2.FieldMask:
@@ -306,11 +308,10 @@ def test_malformed_key_is_unauthenticated(channel: grpc.Channel) -> None:
 
 def test_revoked_key_is_unauthenticated(server: ServerProcess, channel: grpc.Channel) -> None:
     from cairn_server.auth import revoke_key
-    from cairn_server.keys_sqlite import SqliteKeyStore
 
-    key = make_key(server.data_dir, "acme")
+    key = make_key(server, "acme")
     key_id = key.split("_")[1]
-    store = SqliteKeyStore(server.data_dir)
+    store = key_store(server)
     revoke_key(store, key_id)
     store.close()
     error = rpc_error(state_client(channel, key).ListAgents, state_pb2.ListAgentsRequest())
@@ -347,7 +348,7 @@ def test_agent_key_acts_only_for_its_own_agent(
     server: ServerProcess, channel: grpc.Channel, admin: Any
 ) -> None:
     human, one, two = shared_pair(admin)
-    agent_client = state_client(channel, make_key(server.data_dir, "acme", "agent", one.id))
+    agent_client = state_client(channel, make_key(server, "acme", "agent", one.id))
     assert compile_(agent_client, one.id).system_prompt == compile_(admin, one.id).system_prompt
     error = rpc_error(agent_client.CompileContext, state_pb2.CompileContextRequest(agent_id=two.id))
     assert error.code() is grpc.StatusCode.PERMISSION_DENIED
@@ -644,9 +645,11 @@ def test_detach_reorder_and_delete_with_force(admin: Any) -> None:
 # --- restart and shutdown -----------------------------------------------------------------
 
 
-def test_restart_keeps_every_agent_and_block(server_factory: Any, tmp_path: Path) -> None:
-    proc = server_factory()
-    key = make_key(proc.data_dir, "acme")
+def test_restart_keeps_every_agent_and_block(
+    server_factory: Any, tmp_path: Path, state_backend: list[str]
+) -> None:
+    proc = server_factory("state_service", *state_backend)
+    key = make_key(proc, "acme")
     with grpc.insecure_channel(proc.address) as ch:
         client = state_client(ch, key)
         human, one, two = shared_pair(client)
@@ -670,9 +673,9 @@ def test_restart_keeps_every_agent_and_block(server_factory: Any, tmp_path: Path
         assert [compile_(client, a).system_prompt for a in (one.id, two.id)] == prompts_before
 
 
-def test_sigterm_lets_in_flight_calls_finish(server_factory: Any) -> None:
-    proc = server_factory()
-    key = make_key(proc.data_dir, "acme")
+def test_sigterm_lets_in_flight_calls_finish(server_factory: Any, state_backend: list[str]) -> None:
+    proc = server_factory("state_service", *state_backend)
+    key = make_key(proc, "acme")
     with grpc.insecure_channel(proc.address) as ch:
         client = state_client(ch, key)
         human = client.CreateBlock(state_pb2.CreateBlockRequest(block=block("h"))).block

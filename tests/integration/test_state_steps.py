@@ -25,8 +25,12 @@ USER, ASSISTANT, TOOL = (
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    proc = ServerProcess("state_service", tmp_path_factory.mktemp("steps"), free_port(), [], {})
+def server(
+    tmp_path_factory: pytest.TempPathFactory, state_backend: list[str]
+) -> Iterator[ServerProcess]:
+    proc = ServerProcess(
+        "state_service", tmp_path_factory.mktemp("steps"), free_port(), state_backend, {}
+    )
     yield proc.start()
     proc.kill()
 
@@ -34,7 +38,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 @pytest.fixture(scope="module")
 def admin(server: ServerProcess) -> Iterator[Any]:
     with grpc.insecure_channel(server.address) as channel:
-        yield state_client(channel, make_key(server.data_dir, "acme"))
+        yield state_client(channel, make_key(server, "acme"))
 
 
 def msg(role: common_pb2.MessageRole.ValueType, content: str = "", **kw: Any) -> common_pb2.Message:
@@ -522,7 +526,9 @@ def test_compaction_below_target_is_refused(admin: Any) -> None:
 # --- portability --------------------------------------------------------------------------
 
 
-def test_export_import_round_trip_into_a_fresh_server(admin: Any, server_factory: Any) -> None:
+def test_export_import_round_trip_into_a_fresh_server(
+    admin: Any, server_factory: Any, state_backend: list[str]
+) -> None:
     shared = admin.CreateBlock(
         state_pb2.CreateBlockRequest(block=block("human", "Name: Sam", description="user"))
     ).block
@@ -545,7 +551,7 @@ def test_export_import_round_trip_into_a_fresh_server(admin: Any, server_factory
 
     fresh = server_factory()
     with grpc.insecure_channel(fresh.address) as channel:
-        other = state_client(channel, make_key(fresh.data_dir, "acme"))
+        other = state_client(channel, make_key(fresh, "acme"))
         imported = other.ImportAgent(
             state_pb2.ImportAgentRequest(agent_file_json=exported.agent_file_json)
         )
@@ -597,10 +603,10 @@ def test_bad_agent_file_is_refused(admin: Any, document: str, details: str) -> N
 
 
 def test_sigkill_mid_stream_keeps_every_acknowledged_step_and_no_partial_one(
-    server_factory: Any,
+    server_factory: Any, state_backend: list[str]
 ) -> None:
-    proc = server_factory()
-    key = make_key(proc.data_dir, "acme")
+    proc = server_factory("state_service", *state_backend)
+    key = make_key(proc, "acme")
     acknowledged: list[tuple[str, list[str]]] = []
     attempted: list[str] = []
     stop = threading.Event()

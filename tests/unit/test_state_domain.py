@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +21,8 @@ from state_service.agents import AgentSpec
 from state_service.context import compile_context
 from state_service.core import Deps
 from state_service.models import AgentEvent, Block, EventKind, MemoryUpdateMode
+from state_service.store.base import StateStore
+from state_service.store.postgres import PostgresStateStore
 from state_service.store.sqlite import SqliteStateStore
 
 ADMIN = Principal("t1", "admin", Role.ADMIN)
@@ -35,14 +38,35 @@ class Clock:
         return self.now
 
 
-@pytest.fixture
-def events() -> list[AgentEvent]:
-    return []
+class Events(list[AgentEvent]):
+    """Committed events. PostgreSQL delivers them through LISTEN, a moment after the commit,
+    so `settled()` waits until none have arrived for a while."""
+
+    def publish(self, events: list[AgentEvent]) -> None:
+        self.extend(events)
+
+    def settled(self, quiet: float = 0.3) -> Events:
+        seen = -1
+        while seen != len(self):
+            seen = len(self)
+            time.sleep(quiet)
+        return self
 
 
 @pytest.fixture
-def deps(tmp_path: Path, events: list[AgentEvent]) -> Iterator[Deps]:
-    store = SqliteStateStore(tmp_path, events.extend)
+def events() -> Events:
+    return Events()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def deps(request: pytest.FixtureRequest, tmp_path: Path, events: Events) -> Iterator[Deps]:
+    store: StateStore
+    if request.param == "sqlite":
+        store = SqliteStateStore(tmp_path, events.publish)
+    else:
+        url = request.getfixturevalue("postgres_url")
+        schema = request.getfixturevalue("postgres_schema")
+        store = PostgresStateStore(url, events.publish, schema=schema)
     yield Deps(store=store, clock=Clock())
     store.close()
 
@@ -75,11 +99,9 @@ def test_forced_recompile_of_unchanged_state_gives_identical_bytes(deps: Deps) -
     assert forced.prompt_hash == cached.prompt_hash
 
 
-def test_shared_block_update_rebuilds_every_attached_agent(
-    deps: Deps, events: list[AgentEvent]
-) -> None:
+def test_shared_block_update_rebuilds_every_attached_agent(deps: Deps, events: Events) -> None:
     human, a, b = make_pair(deps)
-    events.clear()
+    events.settled().clear()
     result = blocks.update_block(deps, ADMIN, human, {"value": "Name: Sam. Likes tea."}, None)
     assert result.block.version == 2
     assert result.affected_agent_ids == [a, b]
@@ -89,7 +111,7 @@ def test_shared_block_update_rebuilds_every_attached_agent(
         assert ctx.cache_hit is True
         assert ctx.memory_revision == "2"
         assert "Name: Sam. Likes tea.\n</value>" in ctx.system_prompt
-    kinds = sorted((e.agent_id, e.kind.value) for e in events)
+    kinds = sorted((e.agent_id, e.kind.value) for e in events.settled())
     assert kinds == sorted(
         [(a, "block_updated"), (b, "block_updated"), (a, "prompt_rebuilt"), (b, "prompt_rebuilt")]
     )
@@ -106,13 +128,13 @@ def test_tags_or_metadata_change_rebuilds_nothing(deps: Deps) -> None:
     assert after.system_prompt == before.system_prompt
 
 
-def test_no_op_update_writes_nothing(deps: Deps, events: list[AgentEvent]) -> None:
+def test_no_op_update_writes_nothing(deps: Deps, events: Events) -> None:
     human, a, _ = make_pair(deps)
-    events.clear()
+    events.settled().clear()
     result = blocks.update_block(deps, ADMIN, human, {"value": "Name: Sam"}, None)
     assert result.block.version == 1
     assert result.affected_agent_ids == []
-    assert events == []
+    assert events.settled() == []
     assert agents.get_agent(deps, ADMIN, a).memory_revision == 1
 
 
@@ -255,11 +277,11 @@ def test_listing_pages_in_creation_order_with_tag_filters(deps: Deps) -> None:
         )
 
 
-def test_memory_update_event_kinds_name_the_block(deps: Deps, events: list[AgentEvent]) -> None:
+def test_memory_update_event_kinds_name_the_block(deps: Deps, events: Events) -> None:
     human, a, _ = make_pair(deps)
-    events.clear()
+    events.settled().clear()
     blocks.update_block(deps, ADMIN, human, {"description": "the user"}, None)
-    updated = [e for e in events if e.kind is EventKind.BLOCK_UPDATED and e.agent_id == a]
+    updated = [e for e in events.settled() if e.kind is EventKind.BLOCK_UPDATED and e.agent_id == a]
     assert len(updated) == 1
     assert updated[0].block_id == human
     assert updated[0].memory_revision == "2"
