@@ -17,7 +17,6 @@ from cairn_server.rpc import RpcGuard
 from cairn_server.runner import Runner
 from cairn_server.server import Hooks, StartupError, check_security, run_server
 from cairn_server.settings import SERVER_ENV, ServerSettings, add_server_flags, settings_from
-from recall_service.commits import GroupCommitter
 from recall_service.core import Deps
 from recall_service.servicer import RecallServicer
 from recall_service.signing import load_or_create
@@ -63,15 +62,14 @@ async def serve(settings: RecallSettings) -> None:
     data_dir.mkdir(parents=True, exist_ok=True)
     store = SqliteLogStore(data_dir)
     keys = None if settings.insecure_local else SqliteKeyStore(data_dir)
-    runner = Runner(inline_reads=True)
+    # Group commit: concurrent writes share one transaction and one fsync, each in its own
+    # savepoint, and are answered after the commit that makes them durable.
+    runner = Runner(inline_reads=True, batch=store.group)
     deps = Deps(
         store=store, signer=load_or_create(data_dir), max_content_bytes=settings.max_content_bytes
     )
     servicer = RecallServicer(
-        deps,
-        RpcGuard(Authenticator(keys, insecure_local=settings.insecure_local)),
-        runner,
-        GroupCommitter(store, runner),
+        deps, RpcGuard(Authenticator(keys, insecure_local=settings.insecure_local)), runner
     )
 
     def register(server: object) -> list[str]:

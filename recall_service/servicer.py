@@ -11,7 +11,6 @@ from cairn.v1 import recall_pb2, recall_pb2_grpc
 from cairn_server.rpc import RpcGuard
 from cairn_server.runner import Runner
 from recall_service import convert, participants, proofs, reads, redaction, streams, writes
-from recall_service.commits import GroupCommitter
 from recall_service.core import Deps
 from recall_service.signing import ALGORITHM
 from recall_service.verification import verify_stream
@@ -22,20 +21,17 @@ Ctx = grpc.aio.ServicerContext[Any, Any]
 class RecallServicer(recall_pb2_grpc.RecallServiceServicer):
     """Maps each RPC onto the domain functions of the recall service."""
 
-    def __init__(
-        self, deps: Deps, guard: RpcGuard, runner: Runner, commits: GroupCommitter
-    ) -> None:
+    def __init__(self, deps: Deps, guard: RpcGuard, runner: Runner) -> None:
         self.deps = deps
         self.guard = guard
         self.run = runner
-        self.commits = commits
 
     async def CreateStream(
         self, request: recall_pb2.CreateStreamRequest, context: Ctx
     ) -> recall_pb2.CreateStreamResponse:
         async with self.guard.call(context, "CreateStream") as principal:
             kind = convert.stream_kind("kind", request.kind)
-            stream, attach, checkpoint = await self.commits.write(
+            stream, attach, checkpoint = await self.run.write(
                 streams.create_stream,
                 self.deps,
                 principal,
@@ -82,7 +78,7 @@ class RecallServicer(recall_pb2_grpc.RecallServiceServicer):
     ) -> recall_pb2.AttachResponse:
         async with self.guard.call(context, "Attach") as principal:
             role = convert.role("role", request.role)
-            participant, record, checkpoint = await self.commits.write(
+            participant, record, checkpoint = await self.run.write(
                 participants.attach,
                 self.deps,
                 principal,
@@ -101,7 +97,7 @@ class RecallServicer(recall_pb2_grpc.RecallServiceServicer):
         self, request: recall_pb2.DetachRequest, context: Ctx
     ) -> recall_pb2.DetachResponse:
         async with self.guard.call(context, "Detach") as principal:
-            record, checkpoint = await self.commits.write(
+            record, checkpoint = await self.run.write(
                 participants.detach, self.deps, principal, request.stream_id, request.agent_id
             )
             return recall_pb2.DetachResponse(
@@ -133,7 +129,7 @@ class RecallServicer(recall_pb2_grpc.RecallServiceServicer):
         self, request: recall_pb2.WriteRequest, context: Ctx
     ) -> recall_pb2.WriteResponse:
         async with self.guard.call(context, "Write") as principal:
-            result = await self.commits.write(
+            result = await self.run.write(
                 writes.write,
                 self.deps,
                 principal,
@@ -152,7 +148,7 @@ class RecallServicer(recall_pb2_grpc.RecallServiceServicer):
         self, request: recall_pb2.WriteBatchRequest, context: Ctx
     ) -> recall_pb2.WriteBatchResponse:
         async with self.guard.call(context, "WriteBatch") as principal:
-            result = await self.commits.write(
+            result = await self.run.write(
                 writes.write,
                 self.deps,
                 principal,
@@ -300,7 +296,7 @@ class RecallServicer(recall_pb2_grpc.RecallServiceServicer):
         self, request: recall_pb2.RedactRequest, context: Ctx
     ) -> recall_pb2.RedactResponse:
         async with self.guard.call(context, "Redact") as principal:
-            record, checkpoint = await self.commits.write(
+            record, checkpoint = await self.run.write(
                 redaction.redact,
                 self.deps,
                 principal,

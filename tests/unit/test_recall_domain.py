@@ -17,7 +17,6 @@ from cairn_server.auth import Principal, Role
 from cairn_server.errors import InvalidArgument
 from cairn_server.runner import Runner
 from recall_service import participants, reads, streams, writes
-from recall_service.commits import GroupCommitter
 from recall_service.core import Deps
 from recall_service.models import Appended, Record, RecordKind, StreamKind
 from recall_service.models import Role as ParticipantRole
@@ -125,12 +124,11 @@ def test_signing_key_is_private_and_loaded_not_replaced(tmp_path: Path) -> None:
 
 def test_group_commit_rolls_back_only_the_unit_that_failed(deps: Deps) -> None:
     stream_id = conversation(deps)
-    runner = Runner(inline_reads=True)
-    commits = GroupCommitter(deps.store, runner)
+    runner = Runner(inline_reads=True, batch=deps.store.group)
 
     async def burst() -> list[object]:
         calls = [
-            commits.write(writes.write, deps, ALICE, stream_id, [writes.Entry(c)], batch=False)
+            runner.write(writes.write, deps, ALICE, stream_id, [writes.Entry(c)], batch=False)
             for c in ("one", "", "two", "three")
         ]
         return await asyncio.gather(*calls, return_exceptions=True)
