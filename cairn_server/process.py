@@ -55,6 +55,8 @@ class ServerProcess:
                 str(self.port),
                 "--data-dir",
                 str(self.data_dir),
+                # Many servers share one machine in tests: metrics only when asked for.
+                *([] if "--metrics-port" in self.args else ["--metrics-port", "0"]),
                 *self.args,
             ],
             stdout=log,

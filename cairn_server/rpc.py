@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -13,6 +14,7 @@ import grpc
 
 from cairn_server.auth import Authenticator, Principal
 from cairn_server.errors import CairnError
+from cairn_server.metrics import Metrics
 from cairn_server.status import to_status
 
 log = logging.getLogger("cairn.rpc")
@@ -29,20 +31,24 @@ def _metadata_value(context: Context, key: str) -> str | None:
 
 
 class RpcGuard:
-    """Authenticates each call and turns domain errors into gRPC status codes."""
+    """Authenticates each call, turns domain errors into gRPC status codes, and counts and
+    times every call by method and code."""
 
-    def __init__(self, authenticator: Authenticator) -> None:
+    def __init__(self, authenticator: Authenticator, metrics: Metrics | None = None) -> None:
         self.authenticator = authenticator
+        self.metrics = metrics
 
     @asynccontextmanager
     async def call(self, context: Context, method: str) -> AsyncIterator[Principal]:
         """Yields the caller's principal; aborts the call on any error raised inside."""
         start = time.perf_counter()
         principal: Principal | None = None
+        code = "OK"
         try:
             principal = self.authenticator.authenticate(_metadata_value(context, "authorization"))
             yield principal
         except CairnError as error:
+            code = error.code_name
             request_id = _metadata_value(context, "x-request-id") or uuid.uuid4().hex[:16]
             log.info(
                 "rpc refused",
@@ -58,7 +64,11 @@ class RpcGuard:
             await context.abort_with_status(to_status(error))
         except grpc.aio.AbortError:
             raise
+        except asyncio.CancelledError:
+            code = "CANCELLED"
+            raise
         except Exception:
+            code = "INTERNAL"
             request_id = _metadata_value(context, "x-request-id") or uuid.uuid4().hex[:16]
             log.exception(
                 "rpc failed",
@@ -67,3 +77,6 @@ class RpcGuard:
             await context.abort(
                 grpc.StatusCode.INTERNAL, f"internal error (request id {request_id})"
             )
+        finally:
+            if self.metrics is not None:
+                self.metrics.observe_rpc(method, code, time.perf_counter() - start)

@@ -10,6 +10,7 @@ everything on thread pools.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import queue
 import random
@@ -21,6 +22,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, ParamSpec, TypeVar
+
+from cairn_server import tracing
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -34,6 +37,20 @@ class _Job:
     fn: Callable[[], Any]
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[Any]
+
+
+def _traced(kind: str, fn: Callable[..., T], args: Any, kwargs: Any) -> Callable[[], T]:
+    """`fn(*args, **kwargs)` in a span named after it, in the caller's context (so the span
+    is a child of the RPC's, whichever thread runs it)."""
+    if not tracing.enabled():
+        return partial(fn, *args, **kwargs)
+    context = contextvars.copy_context()
+
+    def call() -> T:
+        with tracing.span(kind, function=getattr(fn, "__qualname__", str(fn))):
+            return fn(*args, **kwargs)
+
+    return partial(context.run, call)
 
 
 def _resolve(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
@@ -78,21 +95,19 @@ class Runner:
 
     async def read(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Runs a read-only function."""
+        call = _traced("store.read", fn, args, kwargs)
         if self._reads is None:
-            return fn(*args, **kwargs)
-        return await asyncio.get_running_loop().run_in_executor(
-            self._reads, partial(fn, *args, **kwargs)
-        )
+            return call()
+        return await asyncio.get_running_loop().run_in_executor(self._reads, call)
 
     async def write(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Runs a function that may write; answers once its writes are committed."""
         loop = asyncio.get_running_loop()
+        call = _traced("store.write", fn, args, kwargs)
         if self._writes is not None:
-            return await loop.run_in_executor(
-                self._writes, partial(self._retrying, partial(fn, *args, **kwargs))
-            )
+            return await loop.run_in_executor(self._writes, partial(self._retrying, call))
         future: asyncio.Future[T] = loop.create_future()
-        self._queue.put(_Job(partial(fn, *args, **kwargs), loop, future))
+        self._queue.put(_Job(call, loop, future))
         return await future
 
     def _retrying(self, call: Callable[[], T]) -> T:

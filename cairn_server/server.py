@@ -12,6 +12,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from cairn_server import tracing
+from cairn_server.metrics import Metrics
 from cairn_server.settings import ServerSettings, is_loopback
 
 log = logging.getLogger("cairn.server")
@@ -55,10 +57,13 @@ def server_options(settings: ServerSettings) -> list[tuple[str, int]]:
     ]
 
 
-async def run_server(settings: ServerSettings, service: str, hooks: Hooks) -> None:
+async def run_server(
+    settings: ServerSettings, service: str, hooks: Hooks, metrics: Metrics | None = None
+) -> None:
     """Serves until SIGTERM or SIGINT, then lets in-flight calls finish within the grace time."""
     check_security(settings, service)
-    server = grpc.aio.server(options=server_options(settings))
+    interceptors = tracing.setup(service, settings.otlp_endpoint)
+    server = grpc.aio.server(options=server_options(settings), interceptors=interceptors)
     names = list(hooks.register(server))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -80,6 +85,14 @@ async def run_server(settings: ServerSettings, service: str, hooks: Hooks) -> No
         port = server.add_insecure_port(address)
     if port == 0:
         raise StartupError(f"could not bind {address}: is the port already in use?")
+    if metrics is not None and settings.metrics_port:
+        try:
+            metrics.serve(settings.metrics_host or settings.host, settings.metrics_port)
+        except OSError as error:
+            raise StartupError(
+                f"could not serve metrics on port {settings.metrics_port}: {error.strerror}; "
+                "pass --metrics-port 0 to turn metrics off"
+            ) from None
     if hooks.on_start is not None:
         await hooks.on_start()
     await server.start()
@@ -109,4 +122,5 @@ async def run_server(settings: ServerSettings, service: str, hooks: Hooks) -> No
         result = close()
         if result is not None:
             await result
+    tracing.shutdown()
     log.info("stopped", extra={"service": service})

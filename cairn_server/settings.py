@@ -25,6 +25,9 @@ class ServerSettings(BaseModel):
     log_level: str = "info"
     tls_cert: Path | None = None
     tls_key: Path | None = None
+    metrics_port: int = Field(default=0, ge=0, le=65535)
+    metrics_host: str = ""
+    otlp_endpoint: str = ""
 
     def resolved_data_dir(self) -> Path:
         """The data directory, with `~` expanded."""
@@ -64,6 +67,17 @@ def add_server_flags(parser: argparse.ArgumentParser, default_port: int) -> None
     parser.add_argument("--log-level", help="debug, info, warning or error")
     parser.add_argument("--tls-cert", help="PEM certificate chain; enables TLS with --tls-key")
     parser.add_argument("--tls-key", help="PEM private key")
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        help=f"Prometheus /metrics port, 0 to turn off (default {default_port - 41000})",
+    )
+    parser.add_argument("--metrics-host", help="address for /metrics (default: --host)")
+    parser.add_argument(
+        "--otlp-endpoint",
+        help="send OpenTelemetry traces to this OTLP/gRPC endpoint "
+        "(env CAIRN_OTLP_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT)",
+    )
 
 
 SERVER_ENV = {
@@ -75,6 +89,8 @@ SERVER_ENV = {
     "log_level": "CAIRN_LOG_LEVEL",
     "tls_cert": "CAIRN_TLS_CERT",
     "tls_key": "CAIRN_TLS_KEY",
+    "metrics_host": "CAIRN_METRICS_HOST",
+    "otlp_endpoint": "CAIRN_OTLP_ENDPOINT",
 }
 
 S = TypeVar("S", bound=ServerSettings)
@@ -89,12 +105,15 @@ def settings_from(
     service's own, including its port).
     """
     env = os.environ
-    values: dict[str, object] = {"port": default_port}
+    # Metrics listen 41000 below the gRPC port: 9051 for the state service, 9052 for recall.
+    values: dict[str, object] = {"port": default_port, "metrics_port": default_port - 41000}
+    if env.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+        values["otlp_endpoint"] = env["OTEL_EXPORTER_OTLP_ENDPOINT"]
     for name, var in env_names.items():
         if env.get(var, "") != "":
             raw = env[var]
             values[name] = env_bool(raw) if name == "insecure_local" else raw
-    for name in env_names:
+    for name in cls.model_fields:
         flag = getattr(args, name, None)
         if flag is not None:
             values[name] = flag

@@ -187,12 +187,13 @@ def cached_context(
     if key is None:
         raise agent_not_found(agent_id)
     hit = deps.contexts.get(agent_id, key)
+    if hit is None:
+        hit = _assemble(deps, principal, agent_id, settings)
+        if hit is not None:
+            deps.contexts.put(agent_id, key, hit)
     if hit is not None:
-        return hit
-    context = _assemble(deps, principal, agent_id, settings)
-    if context is not None:
-        deps.contexts.put(agent_id, key, context)
-    return context
+        deps.count_compile(hit=True)
+    return hit
 
 
 def _assemble(
@@ -232,6 +233,7 @@ def recompile_context(
 ) -> CompiledContext:
     """Compiles the prompt afresh from the agent's current state and persists it."""
     access.require_agent_access(principal, agent_id, "compile")
+    deps.count_compile(hit=False)
     now = deps.clock()
     with deps.store.transaction() as tx:
         agent = tx.get_agent(principal.tenant, agent_id)

@@ -8,7 +8,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from cairn_server import tracing
 from cairn_server.errors import FailedPrecondition, NotFound
+from cairn_server.metrics import Metrics
 from state_service.compile import compile_memory, render_tool_rules
 from state_service.memfs.snapshots import MemorySnapshots
 from state_service.models import (
@@ -47,6 +49,7 @@ class Deps:
     counter: TokenCounter = field(default_factory=EstimateCounter)
     clock: Callable[[], float] = time.time
     memfs: MemorySnapshots | None = None
+    metrics: Metrics | None = None
     counts: CachedCounts = field(init=False)
     windows: WindowCache = field(init=False)
     fresh_memory: FreshMemoryCache = field(init=False)
@@ -90,7 +93,16 @@ class Deps:
 
     def build_prompt(self, agent: Agent, now: float) -> StoredPrompt:
         """The agent's stored prompt, compiled from its blocks or its committed files."""
-        return build_prompt(agent, self.counts, now, self.memory_parts(agent))
+        with tracing.span("compile.prompt", memory_mode=agent.memory_mode.value):
+            prompt = build_prompt(agent, self.counts, now, self.memory_parts(agent))
+        if self.metrics is not None:
+            self.metrics.prompt_rebuilds.inc()
+        return prompt
+
+    def count_compile(self, hit: bool) -> None:
+        """Counts a CompileContext served from the stored prompt (hit) or recompiled."""
+        if self.metrics is not None:
+            self.metrics.compile_cache.labels("hit" if hit else "miss").inc()
 
     def tools_payload(self, agent: Agent) -> ToolsPayload:
         """The agent's tool schemas, then the memory tools, as sent to the model."""
@@ -124,6 +136,8 @@ def memory_changed(
             agent.version += 1
             agent.updated_at = now
     rebuild = [a for a in agents if a.memory_update_mode is MemoryUpdateMode.SYSTEM_PROMPT]
+    if deps.metrics is not None:
+        deps.metrics.rebuild_fanout.observe(len(rebuild))
     prompts = [deps.build_prompt(agent, now) for agent in rebuild]
     tx.save_prompts(prompts)
     events = [

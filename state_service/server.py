@@ -14,6 +14,7 @@ from cairn_server import log
 from cairn_server.auth import Authenticator, KeyStore
 from cairn_server.keys_postgres import PostgresKeyStore
 from cairn_server.keys_sqlite import SqliteKeyStore
+from cairn_server.metrics import Metrics
 from cairn_server.rpc import RpcGuard
 from cairn_server.runner import Runner
 from cairn_server.server import Hooks, StartupError, check_security, run_server
@@ -46,6 +47,7 @@ class StateSettings(ServerSettings):
 STATE_ENV = {
     **SERVER_ENV,
     "port": "CAIRN_STATE_PORT",
+    "metrics_port": "CAIRN_STATE_METRICS_PORT",
     "compaction_threshold": "CAIRN_COMPACTION_THRESHOLD",
     "tokenizer": "CAIRN_TOKENIZER",
     "database_url": "CAIRN_DATABASE_URL",
@@ -110,14 +112,16 @@ async def serve(settings: StateSettings) -> None:
         counter = make_counter(settings.tokenizer)
     except ValueError as error:
         raise StartupError(str(error)) from None
+    metrics = Metrics("state")
     deps = Deps(
         store=store,
         counter=counter,
+        metrics=metrics,
         memfs=MemorySnapshots(MemoryRepos(data_dir / "memfs", sync=settings.memfs_sync)),
     )
     servicer = StateServicer(
         deps,
-        RpcGuard(Authenticator(keys, insecure_local=settings.insecure_local)),
+        RpcGuard(Authenticator(keys, insecure_local=settings.insecure_local), metrics),
         runner,
         hub,
         ContextSettings(compaction_threshold=settings.compaction_threshold),
@@ -137,7 +141,7 @@ async def serve(settings: StateSettings) -> None:
         if keys is not None:
             keys.close()
 
-    await run_server(settings, "state", Hooks(register, on_start, [close]))
+    await run_server(settings, "state", Hooks(register, on_start, [close]), metrics)
 
 
 def main(argv: list[str] | None = None) -> None:
