@@ -76,6 +76,25 @@ def ensure_admin_key(data_dir: Path) -> str | None:
     return key
 
 
+RECALL_KEYS_FILE = "recall-keys.json"
+
+
+def ensure_recall_keys(data_dir: Path) -> Path:
+    """A service key for tenant 'default' with which the state service forwards messages to
+    the recall service, in `recall-keys.json` (mode 0600); created once."""
+    path = data_dir / RECALL_KEYS_FILE
+    if path.exists():
+        return path
+    store = SqliteKeyStore(data_dir)
+    try:
+        key, _ = create_key(store, "default", Role.SERVICE, "state-service")
+    finally:
+        store.close()
+    path.touch(mode=0o600)
+    path.write_text(json.dumps({"default": key}) + "\n")
+    return path
+
+
 def cmd_up(args: argparse.Namespace) -> int:
     """Starts every service on loopback as child processes, stops them together."""
     data_dir = _data_dir(args)
@@ -92,8 +111,22 @@ def cmd_up(args: argparse.Namespace) -> int:
     common = ["--data-dir", str(data_dir), "--host", args.host]
     if args.insecure_local:
         common.append("--insecure-local")
+    link = ["--recall-addr", f"{args.host}:{args.recall_port}"]
+    if not args.insecure_local:
+        link += ["--recall-keys", str(ensure_recall_keys(data_dir))]
     services = [
-        ("state", [sys.executable, "-m", "state_service", *common, "--port", str(args.state_port)]),
+        (
+            "state",
+            [
+                sys.executable,
+                "-m",
+                "state_service",
+                *common,
+                "--port",
+                str(args.state_port),
+                *link,
+            ],
+        ),
         (
             "recall",
             [sys.executable, "-m", "recall_service", *common, "--port", str(args.recall_port)],

@@ -50,6 +50,8 @@ class Deps:
     clock: Callable[[], float] = time.time
     memfs: MemorySnapshots | None = None
     metrics: Metrics | None = None
+    # Whether a tenant's messages are forwarded to the recall service (None: never).
+    forwards: Callable[[str], bool] | None = None
     counts: CachedCounts = field(init=False)
     windows: WindowCache = field(init=False)
     fresh_memory: FreshMemoryCache = field(init=False)

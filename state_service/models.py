@@ -245,6 +245,17 @@ class StepRecord:
 
 
 @dataclass(slots=True, frozen=True)
+class Forward:
+    """A committed message waiting to reach the agent's MESSAGES stream in recall."""
+
+    id: int
+    tenant: str
+    agent_id: str
+    message: Message
+    attempts: int
+
+
+@dataclass(slots=True, frozen=True)
 class CompactionPlan:
     """Messages chosen for eviction, valid while the window stays at its version."""
 

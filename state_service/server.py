@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import sys
+from pathlib import Path
 
 from pydantic import Field
 
 from cairn.v1 import state_pb2, state_pb2_grpc
 from cairn_server import log
-from cairn_server.auth import Authenticator, KeyStore
+from cairn_server.auth import LOCAL_PRINCIPAL, Authenticator, KeyStore
 from cairn_server.keys_postgres import PostgresKeyStore
 from cairn_server.keys_sqlite import SqliteKeyStore
 from cairn_server.metrics import Metrics
@@ -24,6 +26,7 @@ from state_service.core import Deps
 from state_service.events import EventHub
 from state_service.memfs.repo import MemoryRepos
 from state_service.memfs.snapshots import MemorySnapshots
+from state_service.recall_link import Forwarder, RecallCredentials, RecallLink
 from state_service.servicer import StateServicer
 from state_service.store.base import StateStore
 from state_service.store.postgres import PostgresStateStore
@@ -42,6 +45,9 @@ class StateSettings(ServerSettings):
     database_url: str = ""
     database_schema: str = "public"
     memfs_sync: bool = True
+    recall_addr: str = ""
+    recall_keys: str = ""
+    recall_tls_ca: Path | None = None
 
 
 STATE_ENV = {
@@ -53,6 +59,9 @@ STATE_ENV = {
     "database_url": "CAIRN_DATABASE_URL",
     "database_schema": "CAIRN_DATABASE_SCHEMA",
     "memfs_sync": "CAIRN_MEMFS_SYNC",
+    "recall_addr": "CAIRN_RECALL_ADDR",
+    "recall_keys": "CAIRN_RECALL_KEYS",
+    "recall_tls_ca": "CAIRN_RECALL_TLS_CA",
 }
 
 
@@ -73,6 +82,19 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         action="store_false",
         default=None,
         help="skip flushing MemFS objects to disk before a revision moves (env CAIRN_MEMFS_SYNC)",
+    )
+    parser.add_argument(
+        "--recall-addr",
+        help="recall service address: forward messages there and answer recall tools "
+        "(env CAIRN_RECALL_ADDR)",
+    )
+    parser.add_argument(
+        "--recall-keys",
+        help="JSON object tenant -> recall service key, or a file holding one "
+        "(env CAIRN_RECALL_KEYS); tenants without a key are not forwarded",
+    )
+    parser.add_argument(
+        "--recall-tls-ca", help="PEM roots to reach the recall service over TLS (default plaintext)"
     )
     parser.add_argument(
         "--tokenizer",
@@ -119,13 +141,21 @@ async def serve(settings: StateSettings) -> None:
         metrics=metrics,
         memfs=MemorySnapshots(MemoryRepos(data_dir / "memfs", sync=settings.memfs_sync)),
     )
+    link = recall_link(settings)
+    forwarder = None
+    if link is not None:
+        deps.forwards = link.credentials.serves
+        forwarder = Forwarder(deps, runner, link)
     servicer = StateServicer(
         deps,
         RpcGuard(Authenticator(keys, insecure_local=settings.insecure_local), metrics),
         runner,
         hub,
         ContextSettings(compaction_threshold=settings.compaction_threshold),
+        link,
+        forwarder,
     )
+    tasks: list[asyncio.Task[None]] = []
 
     def register(server: object) -> list[str]:
         state_pb2_grpc.add_StateServiceServicer_to_server(servicer, server)  # type: ignore[arg-type]
@@ -134,6 +164,15 @@ async def serve(settings: StateSettings) -> None:
     async def on_start() -> None:
         hub.bind(asyncio.get_running_loop())
         store.set_publisher(hub.publish)
+        if forwarder is not None:
+            tasks.append(asyncio.create_task(forwarder.run()))
+
+    async def stop_forwarding() -> None:
+        if forwarder is not None:
+            forwarder.stop()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if link is not None:
+            await link.close()
 
     def close() -> None:
         runner.close()
@@ -141,7 +180,36 @@ async def serve(settings: StateSettings) -> None:
         if keys is not None:
             keys.close()
 
-    await run_server(settings, "state", Hooks(register, on_start, [close]), metrics)
+    await run_server(
+        settings, "state", Hooks(register, on_start, [stop_forwarding, close]), metrics
+    )
+
+
+def recall_link(settings: StateSettings) -> RecallLink | None:
+    """The link to the recall service, when one is configured."""
+    if not settings.recall_addr:
+        return None
+    raw = settings.recall_keys.strip()
+    if raw and not raw.startswith("{"):
+        try:
+            raw = Path(raw).expanduser().read_text()
+        except OSError as error:
+            raise StartupError(f"cannot read --recall-keys {raw}: {error.strerror}") from None
+    try:
+        keys = json.loads(raw) if raw else {}
+    except json.JSONDecodeError as error:
+        raise StartupError(f"--recall-keys is not a JSON object: {error.msg}") from None
+    if not isinstance(keys, dict) or not all(isinstance(v, str) for v in keys.values()):
+        raise StartupError("--recall-keys must map tenants to API keys")
+    # Without keys, a recall service run with --insecure-local serves the local tenant.
+    open_tenant = LOCAL_PRINCIPAL.tenant if not keys and settings.insecure_local else ""
+    roots = settings.recall_tls_ca.read_bytes() if settings.recall_tls_ca else None
+    return RecallLink(
+        settings.recall_addr,
+        RecallCredentials(keys, open_tenant),
+        tls_roots=roots,
+        plaintext=roots is None,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

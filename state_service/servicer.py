@@ -24,7 +24,9 @@ from state_service.core import Deps
 from state_service.events import EventHub
 from state_service.memfs import service as memfs
 from state_service.models import AGENT_UPDATABLE, BLOCK_UPDATABLE, EventKind
-from state_service.tool_calls import NeedsRecall, execute_memory_tool, recall_not_configured
+from state_service.recall_link import Forwarder, RecallLink
+from state_service.recall_tools import run_recall_tool
+from state_service.tool_calls import NeedsRecall, execute_memory_tool
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
 
@@ -45,12 +47,16 @@ class StateServicer(state_pb2_grpc.StateServiceServicer):
         runner: Runner,
         hub: EventHub,
         context_settings: ContextSettings,
+        recall: RecallLink | None = None,
+        forwarder: Forwarder | None = None,
     ) -> None:
         self.deps = deps
         self.guard = guard
         self.run = runner
         self.hub = hub
         self.context_settings = context_settings
+        self.recall = recall
+        self.forwarder = forwarder
         self._responses: OrderedDict[tuple[object, ...], state_pb2.CompileContextResponse] = (
             OrderedDict()
         )
@@ -318,6 +324,8 @@ class StateServicer(state_pb2_grpc.StateServiceServicer):
                 messages,
                 request.acknowledged_memory_revision,
             )
+            if self.forwarder is not None and not result.replayed:
+                self.forwarder.wake()
             return state_pb2.CommitStepResponse(
                 messages=[convert.message_to_pb(m) for m in result.messages],
                 context_version=result.context_version,
@@ -360,7 +368,15 @@ class StateServicer(state_pb2_grpc.StateServiceServicer):
                 request.arguments_json,
             )
             if isinstance(outcome, NeedsRecall):
-                outcome = recall_not_configured(outcome.call, outcome.memory_revision)
+                outcome = await run_recall_tool(
+                    self.deps,
+                    self.run,
+                    self.recall,
+                    principal,
+                    request.agent_id,
+                    outcome.call,
+                    outcome.memory_revision,
+                )
             return convert.tool_result_to_pb(outcome)
         raise AssertionError("unreachable")
 

@@ -166,6 +166,9 @@ def commit_step(
         tx.insert_step(
             StepRecord(agent_id, step_id, request_hash, tuple(m.id for m in stored), version, now)
         )
+        if deps.forwards is not None and deps.forwards(principal.tenant):
+            # Forwarded to recall after the commit, never blocking it (recall_link.Forwarder).
+            tx.enqueue_forwards(principal.tenant, agent_id, [m.id for m in stored])
         tx.emit(
             [
                 AgentEvent(

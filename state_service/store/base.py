@@ -16,6 +16,7 @@ from state_service.models import (
     AgentEvent,
     Block,
     CompactionPlan,
+    Forward,
     Message,
     PromptState,
     StepRecord,
@@ -108,6 +109,9 @@ class StateReader(Protocol):
     def revision_counter(self, agent_id: str, revision: str) -> int | None:
         """The memory counter of a MEMFS revision (commit id), or None."""
 
+    def pending_forwards(self, limit: int) -> list[Forward]:
+        """The oldest messages waiting to be forwarded to recall (not given up on)."""
+
 
 class StateTx(StateReader, Protocol):
     """Writes inside one transaction."""
@@ -168,6 +172,17 @@ class StateTx(StateReader, Protocol):
 
     def set_window(self, agent_id: str, message_ids: Sequence[str]) -> None:
         """Replaces the whole window."""
+
+    def enqueue_forwards(self, tenant: str, agent_id: str, message_ids: Sequence[str]) -> None:
+        """Queues messages for the recall service, in the step's transaction."""
+
+    def drop_forwards(self, ids: Sequence[int]) -> None:
+        """Removes forwarded messages from the queue."""
+
+    def note_forward_failure(
+        self, ids: Sequence[int], error: str, give_up: bool, now: float
+    ) -> None:
+        """Records a failed attempt; a permanent failure stops further attempts."""
 
     def insert_step(self, step: StepRecord) -> None:
         """Records a committed step."""

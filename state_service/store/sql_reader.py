@@ -11,6 +11,7 @@ from state_service.models import (
     Agent,
     Block,
     CompactionPlan,
+    Forward,
     MemoryUpdateMode,
     Message,
     PromptState,
@@ -293,6 +294,18 @@ class SqlReader:
             (agent_id, revision),
         ).fetchone()
         return None if row is None else int(row[0])
+
+    def pending_forwards(self, limit: int) -> list[Forward]:
+        """The oldest messages waiting to be forwarded to recall (not given up on)."""
+        rows = self._c.execute(
+            f"SELECT o.id, o.tenant, o.attempts, {MESSAGE_COLUMNS} FROM recall_outbox o"
+            " JOIN messages m ON m.id = o.message_id"
+            " LEFT JOIN agents a ON a.id = m.agent_id"
+            " LEFT JOIN agent_prompts p ON p.agent_id = m.agent_id AND m.id = a.system_message_id"
+            " WHERE o.failed_at IS NULL ORDER BY o.id LIMIT ?",
+            (limit,),
+        ).fetchall()
+        return [Forward(row[0], row[1], row[4], message_row(row[3:]), row[2]) for row in rows]
 
     def get_plan(self, tenant: str, plan_id: str) -> CompactionPlan | None:
         """A compaction plan, or None."""

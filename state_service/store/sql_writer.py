@@ -287,6 +287,27 @@ class SqlTx(SqlReader):
         self._c.execute("DELETE FROM context_window WHERE agent_id = ?", (agent_id,))
         self.append_window(agent_id, 0, message_ids)
 
+    def enqueue_forwards(self, tenant: str, agent_id: str, message_ids: Sequence[str]) -> None:
+        """Queues messages for the recall service, in the step's transaction."""
+        self._c.executemany(
+            "INSERT INTO recall_outbox (tenant, agent_id, message_id) VALUES (?, ?, ?)",
+            [(tenant, agent_id, m) for m in message_ids],
+        )
+
+    def drop_forwards(self, ids: Sequence[int]) -> None:
+        """Removes forwarded messages from the queue."""
+        self._c.executemany("DELETE FROM recall_outbox WHERE id = ?", [(i,) for i in ids])
+
+    def note_forward_failure(
+        self, ids: Sequence[int], error: str, give_up: bool, now: float
+    ) -> None:
+        """Records a failed attempt; a permanent failure stops further attempts."""
+        self._c.executemany(
+            "UPDATE recall_outbox SET attempts = attempts + 1, last_error = ?,"
+            " failed_at = ? WHERE id = ?",
+            [(error[:500], now if give_up else None, i) for i in ids],
+        )
+
     def insert_step(self, step: StepRecord) -> None:
         """Records a committed step."""
         self._c.execute(
