@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from google.protobuf import field_mask_pb2
 
 from cairn.v1 import common_pb2, recall_pb2, state_pb2
 from tests.clients import block, recall_client, state_client
@@ -187,7 +188,7 @@ def test_archival_memory_insert_stores_in_the_archival_stream(
         state.UpdateAgent(
             state_pb2.UpdateAgentRequest(
                 agent=state_pb2.Agent(id=agent.id, system="You archive."),
-                update_mask={"paths": ["system"]},
+                update_mask=field_mask_pb2.FieldMask(paths=["system"]),
             )
         )
         prompt = state.CompileContext(state_pb2.CompileContextRequest(agent_id=agent.id))
