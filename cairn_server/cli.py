@@ -16,6 +16,7 @@ from typing import Any
 
 from cairn_server.auth import Role, create_key, revoke_key
 from cairn_server.errors import CairnError
+from cairn_server.keys_postgres import PostgresKeyStore
 from cairn_server.keys_sqlite import SqliteKeyStore
 from cairn_server.server import StartupError
 from cairn_server.settings import DEFAULT_DATA_DIR
@@ -158,9 +159,16 @@ def cmd_up(args: argparse.Namespace) -> int:
 # --- keys ----------------------------------------------------------------------------------
 
 
+def _key_store(args: argparse.Namespace) -> SqliteKeyStore | PostgresKeyStore:
+    """The fleet's PostgreSQL when --database-url is given, else the data directory's file."""
+    if getattr(args, "database_url", ""):
+        return PostgresKeyStore(args.database_url, args.database_schema)
+    return SqliteKeyStore(_data_dir(args))
+
+
 def cmd_keys_create(args: argparse.Namespace) -> int:
     """Creates an API key and prints it once."""
-    store = SqliteKeyStore(_data_dir(args))
+    store = _key_store(args)
     try:
         key, record = create_key(store, args.tenant, args.role, args.subject)
     finally:
@@ -182,7 +190,7 @@ def cmd_keys_create(args: argparse.Namespace) -> int:
 
 def cmd_keys_list(args: argparse.Namespace) -> int:
     """Lists keys (never the keys themselves)."""
-    store = SqliteKeyStore(_data_dir(args))
+    store = _key_store(args)
     try:
         records = store.list_keys(args.tenant)
     finally:
@@ -209,7 +217,7 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
 
 def cmd_keys_revoke(args: argparse.Namespace) -> int:
     """Revokes a key by id."""
-    store = SqliteKeyStore(_data_dir(args))
+    store = _key_store(args)
     try:
         revoke_key(store, args.key_id)
     finally:
@@ -266,6 +274,14 @@ def build_parser() -> argparse.ArgumentParser:
         (revoke, cmd_keys_revoke),
     ):
         command.add_argument("--data-dir", help="data directory holding keys.sqlite3")
+        command.add_argument(
+            "--database-url",
+            default=os.environ.get("CAIRN_DATABASE_URL", ""),
+            help="the fleet's PostgreSQL instead of keys.sqlite3 (env CAIRN_DATABASE_URL)",
+        )
+        command.add_argument(
+            "--database-schema", default=os.environ.get("CAIRN_DATABASE_SCHEMA", "public")
+        )
         command.add_argument("--json", action="store_true", help="machine-readable output")
         command.set_defaults(func=func)
 
