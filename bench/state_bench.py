@@ -15,16 +15,20 @@ import argparse
 import asyncio
 import json
 import tempfile
+import uuid
+from itertools import cycle
 from pathlib import Path
 from typing import Any
 
 import grpc
+import psycopg
 from google.protobuf import field_mask_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from bench.load import interleaved, latencies_ms, percentile
 from cairn.v1 import common_pb2, state_pb2, state_pb2_grpc
 from cairn_server.auth import Role, create_key
+from cairn_server.keys_postgres import PostgresKeyStore
 from cairn_server.keys_sqlite import SqliteKeyStore
 from cairn_server.process import ServerProcess, free_port
 
@@ -95,119 +99,130 @@ async def _agent_with_window(
     return agent.id
 
 
-async def run(address: str, key: str, args: argparse.Namespace) -> dict[str, Any]:
+async def run(addresses: list[str], key: str, args: argparse.Namespace) -> dict[str, Any]:
     md = (("authorization", f"Bearer {key}"),)
-    async with grpc.aio.insecure_channel(address) as channel:
-        stub = state_pb2_grpc.StateServiceStub(channel)
-        health: Any = health_pb2_grpc.HealthStub(channel)  # its type stubs lack Check
-        agent = (
-            await stub.CreateAgent(
-                state_pb2.CreateAgentRequest(
-                    name="bench",
-                    system="You are a helpful agent.\n{CORE_MEMORY}",
-                    memory_blocks=[
-                        state_pb2.Block(label="persona", value=PERSONA),
-                        state_pb2.Block(label="human", value=HUMAN),
+    channels = [grpc.aio.insecure_channel(address) for address in addresses]
+    try:
+        return await _run(channels, md, args)
+    finally:
+        for channel in channels:
+            await channel.close()
+
+
+async def _run(
+    channels: list[grpc.aio.Channel], md: Any, args: argparse.Namespace
+) -> dict[str, Any]:
+    # Calls spread round-robin over the servers; setup goes through the first.
+    stubs = cycle([state_pb2_grpc.StateServiceStub(c) for c in channels])
+    checks: Any = cycle([health_pb2_grpc.HealthStub(c) for c in channels])  # stubs lack Check
+    stub = state_pb2_grpc.StateServiceStub(channels[0])
+    agent = (
+        await stub.CreateAgent(
+            state_pb2.CreateAgentRequest(
+                name="bench",
+                system="You are a helpful agent.\n{CORE_MEMORY}",
+                memory_blocks=[
+                    state_pb2.Block(label="persona", value=PERSONA),
+                    state_pb2.Block(label="human", value=HUMAN),
+                ],
+            ),
+            metadata=md,
+        )
+    ).agent
+    compile_request = state_pb2.CompileContextRequest(agent_id=agent.id)
+    check = health_pb2.HealthCheckRequest()
+    reply = await stub.CompileContext(compile_request, metadata=md)
+    assert reply.cache_hit, "the bench agent's prompt should be cached"
+
+    async def empty() -> object:
+        return await next(checks).Check(check)
+
+    async def compile_() -> object:
+        return await next(stubs).CompileContext(compile_request, metadata=md)
+
+    window_agent = await _agent_with_window(stub, md, WINDOW_MESSAGES)
+    window_request = state_pb2.CompileContextRequest(agent_id=window_agent)
+    reply = await stub.CompileContext(window_request, metadata=md)
+    assert len(reply.messages) == WINDOW_MESSAGES, len(reply.messages)
+
+    async def compile_window() -> object:
+        return await next(stubs).CompileContext(window_request, metadata=md)
+
+    step_agents = [
+        (
+            await stub.CreateAgent(state_pb2.CreateAgentRequest(name=f"steps-{i}"), metadata=md)
+        ).agent.id
+        for i in range(args.concurrency)
+    ]
+    versions = dict.fromkeys(step_agents, 1)
+    counter = 0
+
+    async def commit_step(agent_ids: list[str] = step_agents) -> object:
+        # Each worker owns one agent, so concurrent steps never contend for a window.
+        nonlocal counter
+        counter += 1
+        agent_id = agent_ids.pop()
+        try:
+            reply = await next(stubs).CommitStep(
+                state_pb2.CommitStepRequest(
+                    agent_id=agent_id,
+                    step_id=f"step-{counter}",
+                    base_context_version=versions[agent_id],
+                    messages=[
+                        common_pb2.Message(role=common_pb2.MESSAGE_ROLE_USER, content=USER_TEXT),
+                        common_pb2.Message(
+                            role=common_pb2.MESSAGE_ROLE_ASSISTANT, content=ASSISTANT_TEXT
+                        ),
                     ],
                 ),
                 metadata=md,
             )
-        ).agent
-        compile_request = state_pb2.CompileContextRequest(agent_id=agent.id)
-        check = health_pb2.HealthCheckRequest()
-        reply = await stub.CompileContext(compile_request, metadata=md)
-        assert reply.cache_hit, "the bench agent's prompt should be cached"
+            versions[agent_id] = reply.context_version
+            return reply
+        finally:
+            agent_ids.append(agent_id)
 
-        async def empty() -> object:
-            return await health.Check(check)
+    calls = {
+        "empty": empty,
+        "compile": compile_,
+        "compile_window": compile_window,
+        "commit_step": commit_step,
+    }
+    await interleaved(calls, 1.0, args.concurrency, 1)
+    rates = await interleaved(calls, args.duration, args.concurrency, args.rounds)
 
-        async def compile_() -> object:
-            return await stub.CompileContext(compile_request, metadata=md)
-
-        window_agent = await _agent_with_window(stub, md, WINDOW_MESSAGES)
-        window_request = state_pb2.CompileContextRequest(agent_id=window_agent)
-        reply = await stub.CompileContext(window_request, metadata=md)
-        assert len(reply.messages) == WINDOW_MESSAGES, len(reply.messages)
-
-        async def compile_window() -> object:
-            return await stub.CompileContext(window_request, metadata=md)
-
-        step_agents = [
-            (
-                await stub.CreateAgent(state_pb2.CreateAgentRequest(name=f"steps-{i}"), metadata=md)
-            ).agent.id
-            for i in range(args.concurrency)
-        ]
-        versions = dict.fromkeys(step_agents, 1)
+    p50: dict[str, float] = {}
+    p95: dict[str, float] = {}
+    for n in FANOUTS:
+        shared = (
+            await stub.CreateBlock(
+                state_pb2.CreateBlockRequest(block=state_pb2.Block(label="human", value="v")),
+                metadata=md,
+            )
+        ).block
+        await _create_agents(stub, md, shared.id, n)
         counter = 0
 
-        async def commit_step(agent_ids: list[str] = step_agents) -> object:
-            # Each worker owns one agent, so concurrent steps never contend for a window.
+        async def update(block_id: str = shared.id, n: int = n) -> object:
             nonlocal counter
             counter += 1
-            agent_id = agent_ids.pop()
-            try:
-                reply = await stub.CommitStep(
-                    state_pb2.CommitStepRequest(
-                        agent_id=agent_id,
-                        step_id=f"step-{counter}",
-                        base_context_version=versions[agent_id],
-                        messages=[
-                            common_pb2.Message(
-                                role=common_pb2.MESSAGE_ROLE_USER, content=USER_TEXT
-                            ),
-                            common_pb2.Message(
-                                role=common_pb2.MESSAGE_ROLE_ASSISTANT, content=ASSISTANT_TEXT
-                            ),
-                        ],
-                    ),
-                    metadata=md,
-                )
-                versions[agent_id] = reply.context_version
-                return reply
-            finally:
-                agent_ids.append(agent_id)
+            result = await stub.UpdateBlock(
+                state_pb2.UpdateBlockRequest(
+                    block=state_pb2.Block(id=block_id, value=f"{HUMAN[:200]} #{counter}"),
+                    update_mask=field_mask_pb2.FieldMask(paths=["value"]),
+                ),
+                metadata=md,
+            )
+            assert len(result.rebuilt_agent_ids) == n
+            return result
 
-        calls = {
-            "empty": empty,
-            "compile": compile_,
-            "compile_window": compile_window,
-            "commit_step": commit_step,
-        }
-        await interleaved(calls, 1.0, args.concurrency, 1)
-        rates = await interleaved(calls, args.duration, args.concurrency, args.rounds)
-
-        p50: dict[str, float] = {}
-        p95: dict[str, float] = {}
-        for n in FANOUTS:
-            shared = (
-                await stub.CreateBlock(
-                    state_pb2.CreateBlockRequest(block=state_pb2.Block(label="human", value="v")),
-                    metadata=md,
-                )
-            ).block
-            await _create_agents(stub, md, shared.id, n)
-            counter = 0
-
-            async def update(block_id: str = shared.id, n: int = n) -> object:
-                nonlocal counter
-                counter += 1
-                result = await stub.UpdateBlock(
-                    state_pb2.UpdateBlockRequest(
-                        block=state_pb2.Block(id=block_id, value=f"{HUMAN[:200]} #{counter}"),
-                        update_mask=field_mask_pb2.FieldMask(paths=["value"]),
-                    ),
-                    metadata=md,
-                )
-                assert len(result.rebuilt_agent_ids) == n
-                return result
-
-            await latencies_ms(update, 3)
-            samples = await latencies_ms(update, args.updates)
-            p50[str(n)] = round(percentile(samples, 50), 2)
-            p95[str(n)] = round(percentile(samples, 95), 2)
+        await latencies_ms(update, 3)
+        samples = await latencies_ms(update, args.updates)
+        p50[str(n)] = round(percentile(samples, 50), 2)
+        p95[str(n)] = round(percentile(samples, 95), 2)
     return {
-        "store": "sqlite",
+        "store": "postgres" if args.postgres else "sqlite",
+        "servers": args.servers,
         "concurrency": args.concurrency,
         "duration_s": args.duration,
         "rounds": args.rounds,
@@ -230,19 +245,36 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--updates", type=int, default=50, help="UpdateBlock calls per fan-out")
+    parser.add_argument("--postgres", help="PostgreSQL URL: run the servers on it (a fresh schema)")
+    parser.add_argument(
+        "--servers", type=int, default=1, help="server processes (needs --postgres)"
+    )
     args = parser.parse_args()
+    if args.servers > 1 and not args.postgres:
+        parser.error("several servers share one store only over PostgreSQL: pass --postgres")
+    schema = f"bench_{uuid.uuid4().hex[:10]}"
+    flags = ["--log-level", "warning"]
+    if args.postgres:
+        flags += ["--database-url", args.postgres, "--database-schema", schema]
     with tempfile.TemporaryDirectory(prefix="cairn-bench-") as tmp:
         data_dir = Path(tmp)
-        store = SqliteKeyStore(data_dir)
+        store: Any = (
+            PostgresKeyStore(args.postgres, schema) if args.postgres else SqliteKeyStore(data_dir)
+        )
         key, _ = create_key(store, "bench", Role.ADMIN)
         store.close()
-        server = ServerProcess(
-            "state_service", data_dir, free_port(), ["--log-level", "warning"], {}
-        ).start()
+        servers = [
+            ServerProcess("state_service", data_dir, free_port(), flags, {}).start()
+            for _ in range(args.servers)
+        ]
         try:
-            result = asyncio.run(run(server.address, key, args))
+            result = asyncio.run(run([s.address for s in servers], key, args))
         finally:
-            server.stop()
+            for server in servers:
+                server.stop()
+            if args.postgres:
+                with psycopg.connect(args.postgres, autocommit=True) as conn:
+                    conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'.encode())
     print(json.dumps(result))
 
 

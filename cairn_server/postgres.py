@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 import time
 from importlib import resources
 from typing import Any
@@ -41,6 +42,37 @@ def open_pool(
     )
     pool.wait(timeout=30)
     return pool
+
+
+class ThreadConnections:
+    """One autocommit connection per reading thread, opened on first use: a read costs one
+    round trip, with no pool checkout in front of it."""
+
+    def __init__(self, url: str, schema: str) -> None:
+        self._url = url
+        self._schema = check_schema(schema)
+        self._local = threading.local()
+        self._all: list[Any] = []
+        self._lock = threading.Lock()
+
+    def get(self) -> Any:
+        """This thread's connection (reopened if it broke)."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None or conn.closed or conn.broken:
+            conn = psycopg.connect(
+                self._url, autocommit=True, options=f"-c search_path={self._schema}"
+            )
+            self._local.conn = conn
+            with self._lock:
+                self._all.append(conn)
+        return conn
+
+    def close(self) -> None:
+        """Closes every thread's connection."""
+        with self._lock:
+            for conn in self._all:
+                conn.close()
+            self._all.clear()
 
 
 def listen_connection(url: str, schema: str = "public") -> Any:

@@ -18,7 +18,8 @@ from contextlib import contextmanager
 from dataclasses import asdict
 
 from cairn_server import postgres
-from cairn_server.sqldb import PooledDb, PostgresDb
+from cairn_server.postgres import ThreadConnections
+from cairn_server.sqldb import PostgresDb
 from state_service.models import AgentEvent, EventKind
 from state_service.store.sql_reader import SqlReader
 from state_service.store.sql_writer import SqlTx
@@ -55,7 +56,7 @@ class PostgresStateStore:
         self._schema = schema
         self._pool = postgres.open_pool(url, schema, max_size=pool_size)
         postgres.migrate(self._pool, "state", "state_service.store", "migrations/postgres")
-        self._reader = SqlReader(PooledDb(self._pool))
+        self._readers = ThreadConnections(url, schema)
         self._publish = publish
         self._stop = threading.Event()
         self._listener: threading.Thread | None = None
@@ -90,8 +91,8 @@ class PostgresStateStore:
                 self._stop.wait(1.0)
 
     def reader(self) -> SqlReader:
-        """Queries; each statement borrows a pooled connection."""
-        return self._reader
+        """Queries on this thread's own autocommit connection."""
+        return SqlReader(PostgresDb(self._readers.get()))
 
     @contextmanager
     def transaction(self) -> Iterator[SqlTx]:
@@ -99,12 +100,17 @@ class PostgresStateStore:
         with self._pool.connection() as conn, conn.transaction():
             tx = SqlTx(PostgresDb(conn))
             yield tx
-            for event in tx.events:
-                conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, encode_event(event)))
+            if tx.events:
+                # One round trip for all of a transaction's events (a fan-out has hundreds).
+                conn.execute(
+                    "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) AS payload",
+                    (CHANNEL, [encode_event(event) for event in tx.events]),
+                )
 
     def close(self) -> None:
         """Stops listening and closes the pool."""
         self._stop.set()
         if self._listener is not None:
             self._listener.join(5)
+        self._readers.close()
         self._pool.close()
