@@ -128,6 +128,9 @@ def agent_create(args: argparse.Namespace, stub: state_pb2_grpc.StateServiceStub
         )
     )
     agent = response.agent
+    if args.quiet:
+        print(agent.id)
+        return 0
     _show(
         args,
         agent,
@@ -228,6 +231,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     acreate.add_argument("--block", action="append", help="a new block LABEL=VALUE")
     acreate.add_argument("--block-id", action="append", help="an existing block to attach")
     acreate.add_argument("--memory-mode", choices=["standard", "line_numbered"], default="standard")
+    acreate.add_argument("-q", "--quiet", action="store_true", help="print only the new id")
     common(acreate, agent_create)
     ashow = agent.add_parser("show", help="show an agent")
     ashow.add_argument("agent_id")
