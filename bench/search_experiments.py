@@ -45,8 +45,10 @@ from bench.locomo_data import (
 from recall_service.projections.documents import IndexedRecord, TextSettings, indexed_texts
 from recall_service.projections.embedders import (
     Embedder,
+    SumPooling,
     Vectors,
     WordLlamaEmbedder,
+    embed_indexed,
     normalise_rows,
 )
 from recall_service.projections.filters import SearchFilter
@@ -184,10 +186,14 @@ def lane_runs(
         ]
         lexical.close()
     query_vectors = embedder.embed([q.text for q in questions])
-    bodies = embedder.embed([t.body for t in texts])
-    contexts = embedder.embed([t.context for t in texts]) if has_context else bodies
+    if not isinstance(embedder, SumPooling):  # embed bodies and contexts once for all weights
+        bodies = embedder.embed([t.body for t in texts])
+        contexts = embedder.embed([t.context for t in texts]) if has_context else bodies
     for weight in CONTEXT_WEIGHTS if has_context else (0.0,):
-        vectors = normalise_rows(bodies + weight * contexts) if weight else bodies
+        if isinstance(embedder, SumPooling):
+            vectors = embed_indexed(embedder, texts, weight)  # what the indexer stores
+        else:
+            vectors = normalise_rows(bodies + weight * contexts) if weight else bodies
         index = QdrantEdgeIndex(Path(tempfile.mkdtemp(dir=workdir)), embedder.dim)
         index.upsert(records, vectors, {})
         runs[("vector", weight)] = [

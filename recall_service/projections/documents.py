@@ -67,21 +67,31 @@ class TextSettings:
     - `with_date`: add the record's UTC date (`"8 May 2023"`) to the context.
     - `neighbours_before` / `neighbours_after`: how many adjacent records of the same stream
       (by seq) join the context, each cut to `neighbour_max_chars` characters.
+
+    The defaults are the setting chosen by cross-validation on LoCoMo (docs/search.md).
     """
 
     with_author: bool = True
     with_date: bool = False
-    neighbours_before: int = 0
-    neighbours_after: int = 0
+    neighbours_before: int = 2
+    neighbours_after: int = 2
     neighbour_max_chars: int = 400
 
 
 @dataclass(frozen=True, slots=True)
 class IndexedText:
-    """The text one record is indexed under: its own body and the surrounding context."""
+    """The text one record is indexed under: its own body and the surrounding context.
+
+    `neighbours` are the positions, in the list given to `indexed_texts`, of the records
+    whose bodies make up the context, and `date` is the date text in it: an embedder that
+    pools token embeddings can then build the context's vector from the bodies' (see
+    `embedders.embed_indexed`) instead of embedding the context again.
+    """
 
     body: str
     context: str = ""
+    neighbours: tuple[int, ...] = ()
+    date: str = ""
 
     def joined(self) -> str:
         """Body and context as one text (for lanes with a single field)."""
@@ -117,27 +127,31 @@ def indexed_texts(records: Sequence[IndexedRecord], settings: TextSettings) -> l
     The caller passes a window wide enough to hold them (the indexer reads that many extra
     records around a batch).
     """
-    by_stream: dict[str, list[IndexedRecord]] = {}
-    for record in records:
-        by_stream.setdefault(record.stream_id, []).append(record)
-    position: dict[tuple[str, int], int] = {}
-    for stream_records in by_stream.values():
-        stream_records.sort(key=lambda r: r.seq)
-        for i, record in enumerate(stream_records):
-            position[(record.stream_id, record.seq)] = i
+    by_stream: dict[str, list[int]] = {}
+    for index, record in enumerate(records):
+        by_stream.setdefault(record.stream_id, []).append(index)
+    position: dict[int, int] = {}
+    for members in by_stream.values():
+        members.sort(key=lambda index: records[index].seq)
+        for i, index in enumerate(members):
+            position[index] = i
+    bodies = [body_text(record, settings) for record in records]
     out = []
-    for record in records:
+    for index, record in enumerate(records):
         ordered = by_stream[record.stream_id]
-        i = position[(record.stream_id, record.seq)]
-        before = ordered[max(0, i - settings.neighbours_before) : i]
-        after = ordered[i + 1 : i + 1 + settings.neighbours_after]
-        parts = []
-        if settings.with_date:
-            parts.append(format_date(record.created_at))
-        parts.extend(
-            body_text(n, settings)[: settings.neighbour_max_chars] for n in (*before, *after)
+        i = position[index]
+        neighbours = (
+            *ordered[max(0, i - settings.neighbours_before) : i],
+            *ordered[i + 1 : i + 1 + settings.neighbours_after],
         )
-        out.append(IndexedText(body=body_text(record, settings), context="\n".join(parts)))
+        date = format_date(record.created_at) if settings.with_date else ""
+        parts = [date] if date else []
+        parts.extend(bodies[n][: settings.neighbour_max_chars] for n in neighbours)
+        out.append(
+            IndexedText(
+                body=bodies[index], context="\n".join(parts), neighbours=neighbours, date=date
+            )
+        )
     return out
 
 
@@ -164,3 +178,18 @@ def content_terms(text: str) -> frozenset[str]:
     return frozenset(
         w for w in _WORD.findall(normalise(text).lower()) if len(w) > 1 and w not in _STOP_SET
     )
+
+
+def reindexed_seqs(first_seq: int, last_seq: int, settings: TextSettings) -> range:
+    """The seqs to (re)index when records `first_seq..last_seq` of a stream arrive.
+
+    With `neighbours_after` > 0 the last few records already indexed gain new neighbours, so
+    they are indexed again (an overwrite: ids are stable).
+    """
+    return range(max(1, first_seq - settings.neighbours_after), last_seq + 1)
+
+
+def read_seqs(first_seq: int, last_seq: int, settings: TextSettings) -> range:
+    """The seqs the indexer reads from the log to build the texts of `reindexed_seqs`."""
+    start = max(1, first_seq - settings.neighbours_after - settings.neighbours_before)
+    return range(start, last_seq + 1)

@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cairn_server.errors import FailedPrecondition, InvalidArgument, Unavailable
+from recall_service.projections.documents import IndexedText
 
 Vectors = npt.NDArray[np.float32]
 
@@ -57,7 +58,7 @@ class WordLlamaEmbedder:
     of texts per second on one core, at a quality well below a transformer encoder.
     """
 
-    def __init__(self, dim: int = 256, batch_size: int = 256) -> None:
+    def __init__(self, dim: int = 256, batch_size: int = 32) -> None:
         import wordllama
 
         package_dir = Path(wordllama.__file__).parent
@@ -71,6 +72,13 @@ class WordLlamaEmbedder:
         )
         self._dim = dim
         self._batch_size = batch_size
+        self._weights: npt.NDArray[np.float32] = np.ascontiguousarray(
+            self._model.embedding[:, :dim], dtype=np.float32
+        )
+        self._vocab = int(self._weights.shape[0])
+        self._tokenizer: Any = self._model.tokenizer
+        self._tokenizer.no_padding()
+        self._buffer: npt.NDArray[np.float32] = np.empty((0, dim), dtype=np.float32)
 
     @property
     def name(self) -> str:
@@ -83,11 +91,37 @@ class WordLlamaEmbedder:
         return self._dim
 
     def embed(self, texts: Sequence[str]) -> Vectors:
-        """Unit-length embeddings of `texts`."""
+        """Unit-length embeddings of `texts` (the normalised mean of their token vectors)."""
+        return normalise_rows(self.token_sums(texts))
+
+    def token_sums(self, texts: Sequence[str]) -> Vectors:
+        """The sum of each text's token vectors, unnormalised (zero for an empty text).
+
+        Normalising a sum gives the same unit vector as normalising the mean, and sums add:
+        the vector of several texts together is the normalised sum of their sums.
+        """
+        # Computed without padding: WordLlama's own `embed` pads each mini-batch to its
+        # longest text and gathers a (batch, length, dim) array. Gathering small batches into
+        # one reused buffer avoids both the padding and the page faults of a fresh large array
+        # per batch (about 3x faster; the same vectors, tested).
+        sums = np.zeros((len(texts), self._dim), dtype=np.float32)
         if not texts:
-            return np.zeros((0, self._dim), dtype=np.float32)
-        raw = self._model.embed(list(texts), norm=False, batch_size=self._batch_size)
-        return normalise_rows(raw)
+            return sums
+        encoded = self._tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        ids = [np.asarray(e.ids, dtype=np.int64) for e in encoded]
+        lengths = np.array([len(i) for i in ids])
+        for start in range(0, len(texts), self._batch_size):
+            end = min(start + self._batch_size, len(texts))
+            nonempty = np.flatnonzero(lengths[start:end])
+            if not nonempty.size:
+                continue
+            flat = np.clip(np.concatenate(ids[start:end]), 0, self._vocab - 1)
+            if flat.size > self._buffer.shape[0]:
+                self._buffer = np.empty((flat.size, self._dim), dtype=np.float32)
+            rows = np.take(self._weights, flat, axis=0, out=self._buffer[: flat.size])
+            offsets = np.concatenate(([0], np.cumsum(lengths[start:end])[:-1]))[nonempty]
+            sums[start + nonempty] = np.add.reduceat(rows, offsets, axis=0)
+        return sums
 
 
 class OpenAIEmbedder:
@@ -209,14 +243,55 @@ class ClientVectors:
 
 
 def embed_with_context(
-    embedder: Embedder, bodies: Sequence[str], contexts: Sequence[str], context_weight: float
+    embedder: Embedder,
+    bodies: Sequence[str],
+    contexts: Sequence[str],
+    context_weight: float = 1.0,
 ) -> Vectors:
     """One vector per record: `normalise(e(body) + context_weight * e(context))`.
 
     Embedding the context apart and adding it with a weight keeps a record's own words
-    dominant however long its context is; weight 0 embeds the body alone.
+    dominant however long its context is; weight 0 embeds the body alone. The default (1.0)
+    is the setting chosen by cross-validation on LoCoMo.
     """
     body_vectors = embedder.embed(bodies)
     if context_weight == 0.0:
         return body_vectors
     return normalise_rows(body_vectors + context_weight * embedder.embed(contexts))
+
+
+@runtime_checkable
+class SumPooling(Protocol):
+    """An embedder whose vector of a text is the normalised sum of its token vectors."""
+
+    def token_sums(self, texts: Sequence[str]) -> Vectors:
+        """Unnormalised sums of token vectors, one row per text."""
+        ...
+
+
+def embed_indexed(
+    embedder: Embedder, texts: Sequence[IndexedText], context_weight: float = 1.0
+) -> Vectors:
+    """One vector per indexed text: `normalise(e(body) + context_weight * e(context))`.
+
+    For a sum-pooling embedder the context's vector is built from its neighbours' body sums
+    (plus the date's), so each body is tokenised once; its context then counts every
+    neighbour whole (`neighbour_max_chars` cuts only the lexical context). Other embedders
+    embed the context text (`embed_with_context`).
+    """
+    if not isinstance(embedder, SumPooling):
+        return embed_with_context(
+            embedder, [t.body for t in texts], [t.context for t in texts], context_weight
+        )
+    sums = embedder.token_sums([t.body for t in texts])
+    bodies = normalise_rows(sums)
+    if context_weight == 0.0:
+        return bodies
+    context = np.zeros_like(sums)
+    for i, text in enumerate(texts):
+        if text.neighbours:
+            context[i] = sums[list(text.neighbours)].sum(axis=0)
+    dated = [i for i, t in enumerate(texts) if t.date]
+    if dated:
+        context[dated] += embedder.token_sums([texts[i].date for i in dated])
+    return normalise_rows(bodies + context_weight * normalise_rows(context))

@@ -16,6 +16,8 @@ from recall_service.projections.documents import (
     marker_id,
     normalise,
     point_id,
+    read_seqs,
+    reindexed_seqs,
 )
 from recall_service.projections.filters import SearchFilter, matches
 
@@ -42,10 +44,17 @@ def test_format_date_is_day_month_year_in_utc() -> None:
 
 
 def test_without_context_settings_the_context_is_empty() -> None:
-    assert indexed_texts([rec(1, "a"), rec(2, "b")], TextSettings()) == [
+    settings = TextSettings(neighbours_before=0, neighbours_after=0)
+    assert indexed_texts([rec(1, "a"), rec(2, "b")], settings) == [
         IndexedText("Ana: a"),
         IndexedText("Ana: b"),
     ]
+
+
+def test_neighbours_are_positions_in_the_input_list() -> None:
+    records = [rec(3, "c"), rec(1, "a"), rec(2, "b"), rec(2, "other", stream="x")]
+    settings = TextSettings(neighbours_before=1, neighbours_after=1)
+    assert [t.neighbours for t in indexed_texts(records, settings)] == [(2,), (2,), (1, 0), ()]
 
 
 def test_neighbours_come_from_the_same_stream_in_seq_order() -> None:
@@ -68,7 +77,9 @@ def test_the_date_joins_the_context_first() -> None:
     texts = indexed_texts(
         [rec(1, "a"), rec(2, "b")], TextSettings(with_date=True, neighbours_before=1)
     )
-    assert texts[1] == IndexedText("Ana: b", "8 May 2023\nAna: a")
+    assert texts[1] == IndexedText(
+        "Ana: b", "8 May 2023\nAna: a", neighbours=(0,), date="8 May 2023"
+    )
     assert texts[1].joined() == "Ana: b\n8 May 2023\nAna: a"
 
 
@@ -125,3 +136,11 @@ def test_a_filter_without_tenant_or_stream_or_with_a_reversed_range_is_refused(
 ) -> None:
     with pytest.raises(InvalidArgument, match=message):
         SearchFilter(**kwargs)  # type: ignore[arg-type]
+
+
+def test_new_records_reindex_the_ones_whose_after_context_they_join() -> None:
+    settings = TextSettings(neighbours_before=2, neighbours_after=1)
+    assert reindexed_seqs(10, 12, settings) == range(9, 13)
+    assert read_seqs(10, 12, settings) == range(7, 13)
+    assert reindexed_seqs(1, 3, settings) == range(1, 4)
+    assert read_seqs(2, 2, settings) == range(1, 3)

@@ -7,17 +7,26 @@ import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 from cairn_server.errors import FailedPrecondition, InvalidArgument, Unavailable
+from recall_service.projections.documents import (
+    IndexedRecord,
+    IndexedText,
+    TextSettings,
+    indexed_texts,
+)
 from recall_service.projections.embedders import (
     ClientVectors,
     Embedder,
     OpenAIEmbedder,
+    SumPooling,
     WordLlamaEmbedder,
+    embed_indexed,
     embed_with_context,
     normalise_rows,
 )
@@ -56,6 +65,21 @@ def test_wordllama_ranks_a_paraphrase_above_an_unrelated_text(wordllama: WordLla
     assert float(q @ near) > float(q @ far)
 
 
+def test_wordllama_matches_the_librarys_own_mean_pooling(wordllama: WordLlamaEmbedder) -> None:
+    import wordllama as library
+
+    reference = library.WordLlama.load(
+        config="l2_supercat",
+        dim=256,
+        cache_dir=Path(library.__file__).parent,
+        disable_download=True,
+    )
+    texts = ["short", "a much longer text about a trip to the mountains last summer", "", "x"]
+    expected = normalise_rows(reference.embed(texts, norm=False))
+    assert np.allclose(wordllama.embed(texts), expected, atol=1e-6)
+    assert wordllama.embed([""]).tolist() == [[0.0] * 256]
+
+
 def test_wordllama_embeds_nothing_to_an_empty_matrix(wordllama: WordLlamaEmbedder) -> None:
     assert wordllama.embed([]).shape == (0, 256)
 
@@ -81,6 +105,41 @@ def test_context_weight_zero_embeds_the_body_alone(wordllama: WordLlamaEmbedder)
     mixed = embed_with_context(wordllama, ["my cat"], ["a dog"], 1.0)
     expected = normalise_rows(body + wordllama.embed(["a dog"]))
     assert np.allclose(mixed, expected, atol=1e-6)
+
+
+def test_token_sums_add_up_to_the_vector_of_the_texts_together(
+    wordllama: WordLlamaEmbedder,
+) -> None:
+    sums = wordllama.token_sums(["red bike", "blue car"])
+    assert isinstance(wordllama, SumPooling)
+    together = wordllama.embed(["red bike blue car"])
+    assert np.allclose(normalise_rows(sums.sum(axis=0, keepdims=True)), together, atol=1e-6)
+
+
+def test_embed_indexed_builds_the_context_from_neighbour_bodies(
+    wordllama: WordLlamaEmbedder,
+) -> None:
+    records = [
+        IndexedRecord("t", "s", i, "Ana", 1683554160.0, text)
+        for i, text in enumerate(["we adopted a dog", "what breed?", "a beagle puppy"], start=1)
+    ]
+    texts = indexed_texts(records, TextSettings(neighbours_before=1, neighbours_after=1))
+    vectors = embed_indexed(wordllama, texts, context_weight=0.5)
+    body = wordllama.embed(["Ana: what breed?"])
+    context = wordllama.embed(["Ana: we adopted a dog Ana: a beagle puppy"])
+    assert np.allclose(vectors[1], normalise_rows(body + 0.5 * context)[0], atol=1e-5)
+    assert np.array_equal(
+        embed_indexed(wordllama, texts, 0.0), wordllama.embed([t.body for t in texts])
+    )
+
+
+def test_embed_indexed_embeds_the_context_text_for_other_embedders(server: str) -> None:
+    embedder = OpenAIEmbedder(server, "tiny", dim=3)
+    texts = [IndexedText("ab", "abcd", neighbours=(1,)), IndexedText("abcd")]
+    vectors = embed_indexed(embedder, texts, context_weight=1.0)
+    body, context = normalise_rows([[2.0, 0.0, 1.0]]), normalise_rows([[4.0, 0.0, 1.0]])
+    assert np.allclose(vectors[0], normalise_rows(body + context)[0])
+    assert [r["body"]["input"] for r in FakeEmbeddings.requests] == [["ab", "abcd"], ["abcd", ""]]
 
 
 # -- OpenAI-compatible HTTP -----------------------------------------------------------------
