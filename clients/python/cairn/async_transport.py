@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from typing import Any, Generic, ParamSpec, Protocol, Self, TypeVar, overload
 
 import grpc
@@ -87,7 +87,7 @@ class AsyncTransport:
             if not token:
                 return
 
-    async def stream(self, streamed: Streamed[T]) -> AsyncIterator[T]:
+    async def stream(self, streamed: Streamed[T]) -> AsyncGenerator[T, None]:
         """The messages of a server stream; closing the iterator cancels the call (use
         `contextlib.aclosing` to close it as soon as you stop iterating)."""
         method = self._method(streamed.service, streamed.method)
@@ -172,15 +172,17 @@ class streaming(Generic[P, T]):  # noqa: N801 (used like a decorator)
     @overload
     def __get__(self, client: None, owner: type[Any]) -> Self: ...
     @overload
-    def __get__(self, client: _HasTransport, owner: type[Any]) -> Callable[P, AsyncIterator[T]]: ...
+    def __get__(
+        self, client: _HasTransport, owner: type[Any]
+    ) -> Callable[P, AsyncGenerator[T, None]]: ...
     def __get__(
         self, client: _HasTransport | None, owner: type[Any]
-    ) -> Self | Callable[P, AsyncIterator[T]]:
+    ) -> Self | Callable[P, AsyncGenerator[T, None]]:
         if client is None:
             return self
         build, transport = self._build, client._transport
 
-        def method(*args: P.args, **kwargs: P.kwargs) -> AsyncIterator[T]:
+        def method(*args: P.args, **kwargs: P.kwargs) -> AsyncGenerator[T, None]:
             return transport.stream(build(*args, **kwargs))
 
-        return bind(client, self._name, method, build, "AsyncIterator[{}]")
+        return bind(client, self._name, method, build, "AsyncGenerator[{}, None]")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import Any, Generic, ParamSpec, Protocol, Self, TypeVar, overload
 
 import grpc
@@ -88,8 +88,9 @@ class SyncTransport:
             if not token:
                 return
 
-    def stream(self, streamed: Streamed[T]) -> Iterator[T]:
-        """The messages of a server stream; stopping the iteration cancels the call."""
+    def stream(self, streamed: Streamed[T]) -> Generator[T, None, None]:
+        """The messages of a server stream; closing the generator (or leaving a `for` loop
+        and dropping it) cancels the call."""
         method = self._method(streamed.service, streamed.method)
         responses = method(streamed.request, metadata=self._metadata, timeout=streamed.timeout)
         try:
@@ -168,15 +169,17 @@ class streaming(Generic[P, T]):  # noqa: N801 (used like a decorator)
     @overload
     def __get__(self, client: None, owner: type[Any]) -> Self: ...
     @overload
-    def __get__(self, client: _HasTransport, owner: type[Any]) -> Callable[P, Iterator[T]]: ...
+    def __get__(
+        self, client: _HasTransport, owner: type[Any]
+    ) -> Callable[P, Generator[T, None, None]]: ...
     def __get__(
         self, client: _HasTransport | None, owner: type[Any]
-    ) -> Self | Callable[P, Iterator[T]]:
+    ) -> Self | Callable[P, Generator[T, None, None]]:
         if client is None:
             return self
         build, transport = self._build, client._transport
 
-        def method(*args: P.args, **kwargs: P.kwargs) -> Iterator[T]:
+        def method(*args: P.args, **kwargs: P.kwargs) -> Generator[T, None, None]:
             return transport.stream(build(*args, **kwargs))
 
-        return bind(client, self._name, method, build, "Iterator[{}]")
+        return bind(client, self._name, method, build, "Generator[{}, None, None]")
