@@ -11,8 +11,9 @@ from typing import Any
 import grpc
 import pytest
 
+import cairn
 from cairn.harness import SUMMARY_PROMPT, Harness
-from cairn.v1 import common_pb2, state_pb2, state_pb2_grpc
+from cairn.v1 import common_pb2, state_pb2
 from tests.clients import block, state_client
 from tests.servers import ServerProcess, free_port, make_key
 
@@ -95,9 +96,8 @@ def test_tool_calls_edit_memory_and_the_step_is_committed(channel: grpc.Channel,
     )
     model = ScriptedModel(lambda body: next(script))
     try:
-        harness = Harness(
-            state_pb2_grpc.StateServiceStub(channel), api_key=key, base_url=model.url, model="m"
-        )
+        client = cairn.Client.from_channels(state=channel, api_key=key)
+        harness = Harness(client, base_url=model.url, model="m")
         result = harness.run_turn(agent.id, "I love tea.")
     finally:
         model.close()
@@ -149,9 +149,7 @@ def test_hundreds_of_turns_through_compaction_lose_nothing(channel: grpc.Channel
     model = ScriptedModel(respond)
     turns = 200
     try:
-        harness = Harness(
-            state_pb2_grpc.StateServiceStub(channel), api_key=key, base_url=model.url, model="m"
-        )
+        harness = Harness(channel, api_key=key, base_url=model.url, model="m")
         compactions = 0
         for i in range(turns):
             result = harness.run_turn(agent.id, f"number {i}, and some words to fill the window")
@@ -183,3 +181,10 @@ def test_hundreds_of_turns_through_compaction_lose_nothing(channel: grpc.Channel
         f"You said: number {turns - 1}, and some words to fill the window"
     )
     assert f"Summary {summaries}:" in window.messages[0].content
+
+
+def test_a_client_brings_its_own_key(channel: grpc.Channel, key: str) -> None:
+    client = cairn.Client.from_channels(state=channel, api_key=key)
+    with pytest.raises(ValueError) as caught:
+        Harness(client, api_key=key, base_url="http://127.0.0.1:9/v1", model="m")
+    assert str(caught.value) == "the client carries its own API key: pass api_key to cairn.Client"

@@ -9,9 +9,9 @@ from typing import Any
 import grpc
 import pytest
 
+import cairn
 from cairn.letta_shared import LettaShared, SearchNotAvailable, SharedParticipant
 from cairn_server.auth import Role
-from tests.clients import rpc_error
 from tests.servers import ServerProcess, free_port, make_key
 
 
@@ -68,8 +68,9 @@ def test_owner_writes_for_another_participant_and_both_names_are_kept(env: Any) 
     relayed = planner.write("Relayed from coder.", source_agent_id="coder")
     assert (relayed.author, relayed.written_by) == ("coder", "agent:planner")
     coder = as_agent(env, planner, "coder")
-    error = rpc_error(coder.write, "As the planner.", source_agent_id="planner")
-    assert error.code() is grpc.StatusCode.PERMISSION_DENIED
+    with pytest.raises(cairn.PermissionDenied) as denied:
+        coder.write("As the planner.", source_agent_id="planner")
+    assert denied.value.code is grpc.StatusCode.PERMISSION_DENIED
 
 
 def test_query_is_refused_until_search_lands(env: Any) -> None:
@@ -89,11 +90,11 @@ def test_detached_agent_reads_and_writes_nothing_more(env: Any) -> None:
     planner.attach("critic", role="reader")
     critic = as_agent(env, planner, "critic")
     assert critic.read() == []
-    denied = rpc_error(critic.write, "I disagree.")
-    assert denied.code() is grpc.StatusCode.PERMISSION_DENIED
+    with pytest.raises(cairn.PermissionDenied):
+        critic.write("I disagree.")
     planner.detach("critic")
-    gone = rpc_error(critic.read)
-    assert gone.code() is grpc.StatusCode.PERMISSION_DENIED
+    with pytest.raises(cairn.PermissionDenied):
+        critic.read()
     assert [p.agent_id for p in planner.list_participants()] == ["planner"]
     with pytest.raises(ValueError, match="role must be one of reader, writer, owner, got 'boss'"):
         planner.attach("critic", role="boss")
@@ -112,3 +113,32 @@ def test_overlapping_writes_within_a_window(env: Any) -> None:
         ("I'll fix the bug.", "I'm already on it.")
     ]
     assert 0 <= overlaps[0].seconds_apart < 0.25
+
+
+def test_a_cairn_client_carries_the_key_and_a_channel_needs_one(env: Any) -> None:
+    channel, keys = env
+    with cairn.Client.from_channels(recall=channel, api_key=keys["planner"]) as client:
+        shared = LettaShared.create(client)
+        assert shared.client is client
+        assert shared.write("Through the client.").author == "planner"
+        with pytest.raises(ValueError) as caught:
+            LettaShared(client, shared.stream_id, api_key=keys["coder"])
+    assert str(caught.value) == "the client carries its own API key: pass api_key to cairn.Client"
+
+
+def test_read_limit_outside_one_to_a_thousand_is_refused(env: Any) -> None:
+    channel, keys = env
+    planner = LettaShared.create(channel, api_key=keys["planner"])
+    for limit in (0, 1001):
+        with pytest.raises(ValueError) as caught:
+            planner.read(limit=limit)
+        assert str(caught.value) == f"limit must be between 1 and 1000, got {limit}"
+
+
+def test_a_keyed_write_is_written_once(env: Any) -> None:
+    channel, keys = env
+    planner = LettaShared.create(channel, api_key=keys["planner"])
+    first = planner.write("Once.", idempotency_key="turn-7")
+    again = planner.write("Once.", idempotency_key="turn-7")
+    assert (first.seq, again.seq) == (2, 2)
+    assert [m.content for m in planner.read()] == ["Once."]

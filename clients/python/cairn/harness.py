@@ -5,14 +5,17 @@ for through the state service (their edits are durable at once), and commits the
 messages. When the context needs compaction the harness asks the same model for a summary
 and applies it. Nothing of a step enters the window unless the step commits.
 
-    harness = Harness(state_stub, api_key="ck_...", base_url="http://localhost:8000/v1",
-                      model="gpt-4o-mini")
+    client = cairn.Client("127.0.0.1:50051", api_key="ck_...")
+    harness = Harness(client, base_url="http://localhost:8000/v1", model="gpt-4o-mini")
     reply = harness.run_turn(agent_id, "Hi, I'm Sam and I love tea.")
+
+Calls to the state service go through `cairn.Client`: deadlines, typed errors, and retries of
+the calls that are safe to repeat (compiling, and committing the step, whose id the client
+keeps across attempts so that a step is committed once).
 """
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,8 +24,10 @@ from typing import Any
 import grpc
 import httpx
 
-from cairn.connection import Authenticated
-from cairn.v1 import common_pb2, state_pb2
+from cairn.client import Client
+from cairn.enums import ContextStatus, ContextView, MessageRole
+from cairn.errors import FailedPrecondition
+from cairn.state_types import CompiledContext, Message, ToolCall
 
 # Memory tools the state service runs; any other tool goes to `tool_executor`.
 MEMORY_TOOLS = frozenset(
@@ -43,13 +48,6 @@ SUMMARY_PROMPT = (
     "agent can continue the conversation without them: keep names, facts, decisions, open "
     "questions and commitments; drop pleasantries. Answer with the summary only."
 )
-ROLE_NAMES = {
-    common_pb2.MESSAGE_ROLE_SYSTEM: "system",
-    common_pb2.MESSAGE_ROLE_USER: "user",
-    common_pb2.MESSAGE_ROLE_ASSISTANT: "assistant",
-    common_pb2.MESSAGE_ROLE_TOOL: "tool",
-    common_pb2.MESSAGE_ROLE_SUMMARY: "summary",
-}
 
 
 class HarnessError(Exception):
@@ -67,19 +65,19 @@ class TurnResult:
     finished: bool = True
 
 
-def to_openai(message: common_pb2.Message) -> dict[str, Any]:
+def to_openai(message: Message) -> dict[str, Any]:
     """A window message in OpenAI's chat format."""
-    role = ROLE_NAMES[message.role]
-    if role == "summary":
+    role = message.role
+    if role is MessageRole.SUMMARY:
         return {
             "role": "system",
             "content": "Summary of the earlier conversation, whose messages were moved out "
             f"of your context:\n{message.content}",
         }
-    if role == "tool":
+    if role is MessageRole.TOOL:
         return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
-    out: dict[str, Any] = {"role": role, "content": message.content}
-    if message.name and role == "user":
+    out: dict[str, Any] = {"role": str(role), "content": message.content}
+    if message.name and role is MessageRole.USER:
         out["name"] = message.name
     if message.tool_calls:
         out["content"] = message.content or None
@@ -99,9 +97,9 @@ class Harness:
 
     def __init__(
         self,
-        state: Any,
+        state: Client | grpc.Channel,
         *,
-        api_key: str | None,
+        api_key: str | None = None,
         base_url: str,
         model: str,
         llm_api_key: str | None = None,
@@ -110,10 +108,15 @@ class Harness:
         http: httpx.Client | None = None,
         timeout: float = 60.0,
     ) -> None:
-        """`state` is a StateService stub (sync); `api_key` is the Cairn key to call it with;
-        `base_url` ends in `/v1`. `tool_executor(name, arguments_json)` runs non-memory
-        tools and returns their result text."""
-        self._state = Authenticated(state, api_key)
+        """`state` is a `cairn.Client` that reaches the state service, or a channel to it
+        called with `api_key`; `base_url` ends in `/v1`. `tool_executor(name,
+        arguments_json)` runs non-memory tools and returns their result text."""
+        if isinstance(state, Client):
+            if api_key is not None:
+                raise ValueError("the client carries its own API key: pass api_key to cairn.Client")
+            self._client = state
+        else:
+            self._client = Client.from_channels(state=state, api_key=api_key)
         self._url = base_url.rstrip("/") + "/chat/completions"
         self._model = model
         self._headers = {"authorization": f"Bearer {llm_api_key}"} if llm_api_key else {}
@@ -136,13 +139,11 @@ class Harness:
     def compact(self, agent_id: str) -> bool:
         """Summarises the oldest messages with the model; False when nothing was compacted."""
         try:
-            plan = self._state.PlanCompaction(state_pb2.PlanCompactionRequest(agent_id=agent_id))
-        except grpc.RpcError as error:
-            if error.code() is grpc.StatusCode.FAILED_PRECONDITION:
-                return False
-            raise
+            plan = self._client.state.plan_compaction(agent_id)
+        except FailedPrecondition:
+            return False
         transcript = "\n".join(
-            f"{ROLE_NAMES[m.role]}: {m.content}"
+            f"{m.role}: {m.content}"
             + "".join(f" [calls {c.name}({c.arguments_json})]" for c in m.tool_calls)
             for m in plan.messages
         )
@@ -158,97 +159,61 @@ class Harness:
         )
         if not summary.strip():
             raise HarnessError("the model returned an empty summary")
-        self._state.ApplyCompaction(
-            state_pb2.ApplyCompactionRequest(
-                agent_id=agent_id, plan_id=plan.plan_id, summary=summary
-            )
-        )
+        self._client.state.apply_compaction(agent_id, plan.plan_id, summary)
         return True
 
-    def _compile(self, agent_id: str) -> Any:
+    def _compile(self, agent_id: str) -> CompiledContext:
         # The prompt view leaves out compiled_memory, which the system prompt already holds.
-        return self._state.CompileContext(
-            state_pb2.CompileContextRequest(agent_id=agent_id, view=state_pb2.CONTEXT_VIEW_PROMPT)
-        )
+        return self._client.state.compile_context(agent_id, view=ContextView.PROMPT)
 
     def _run_tool(self, agent_id: str, name: str, arguments: str) -> str:
         if name in MEMORY_TOOLS:
-            reply = self._state.ExecuteMemoryTool(
-                state_pb2.ExecuteMemoryToolRequest(
-                    agent_id=agent_id, tool_name=name, arguments_json=arguments
-                )
-            )
-            return str(reply.result)
+            return self._client.state.execute_memory_tool(agent_id, name, arguments).result
         if self._tools is None:
             return f"Error: the tool `{name}` is not available in this harness."
         return self._tools(name, arguments)
 
     def run_turn(self, agent_id: str, user_message: str) -> TurnResult:
         """One user message in, steps until the model answers without calling tools."""
-        pending: list[common_pb2.Message] = [
-            common_pb2.Message(role=common_pb2.MESSAGE_ROLE_USER, content=user_message)
-        ]
+        pending: list[Message] = [Message.user(user_message)]
         result = TurnResult(reply="", steps=0)
         for _ in range(self._max_steps):
             context = self._compile(agent_id)
-            if context.status == state_pb2.CONTEXT_STATUS_CONTEXT_WINDOW_OVERFLOW_IN_SYSTEM_PROMPT:
+            if context.status is ContextStatus.CONTEXT_WINDOW_OVERFLOW_IN_SYSTEM_PROMPT:
                 raise HarnessError(
                     f"agent {agent_id}: the system prompt alone ({context.tokens.system} tokens) "
                     f"exceeds the context window ({context.tokens.context_window})"
                 )
-            if context.status == state_pb2.CONTEXT_STATUS_NEEDS_COMPACTION and self.compact(
-                agent_id
-            ):
+            if context.status is ContextStatus.NEEDS_COMPACTION and self.compact(agent_id):
                 result.compactions += 1
                 context = self._compile(agent_id)
             step = list(pending)
             if context.memory_update:
-                step.insert(
-                    0,
-                    common_pb2.Message(
-                        role=common_pb2.MESSAGE_ROLE_SYSTEM, content=context.memory_update
-                    ),
-                )
+                step.insert(0, Message.system(context.memory_update))
             messages = [{"role": "system", "content": context.system_prompt}]
             messages += [to_openai(m) for m in context.messages]
             messages += [to_openai(m) for m in step]
-            choice = self._chat(messages, json.loads(context.tools_json))
-            calls = [
-                common_pb2.ToolCall(
+            choice = self._chat(messages, list(context.tools))
+            calls = tuple(
+                ToolCall(
                     id=call.get("id") or f"call-{uuid.uuid4().hex[:12]}",
                     name=call["function"]["name"],
                     arguments_json=call["function"].get("arguments") or "{}",
                 )
                 for call in choice.get("tool_calls") or []
-            ]
-            step.append(
-                common_pb2.Message(
-                    role=common_pb2.MESSAGE_ROLE_ASSISTANT,
-                    content=choice.get("content") or "",
-                    tool_calls=calls,
-                )
             )
+            step.append(Message.assistant(choice.get("content") or "", calls))
             for call in calls:
                 output = self._run_tool(agent_id, call.name, call.arguments_json)
-                step.append(
-                    common_pb2.Message(
-                        role=common_pb2.MESSAGE_ROLE_TOOL,
-                        content=output,
-                        tool_call_id=call.id,
-                        name=call.name,
-                    )
-                )
+                step.append(Message.tool(output, tool_call_id=call.id, name=call.name))
                 result.tool_calls.append(call.name)
-            self._state.CommitStep(
-                state_pb2.CommitStepRequest(
-                    agent_id=agent_id,
-                    step_id=f"step-{uuid.uuid4()}",
-                    base_context_version=context.context_version,
-                    messages=step,
-                    acknowledged_memory_revision=(
-                        context.memory_revision if context.memory_update else ""
-                    ),
-                )
+            self._client.state.commit_step(
+                agent_id,
+                step,
+                base_context_version=context.context_version,
+                acknowledged_memory_revision=(
+                    context.memory_revision if context.memory_update else ""
+                ),
             )
             result.steps += 1
             pending = []

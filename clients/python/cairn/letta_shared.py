@@ -1,39 +1,36 @@
 """Letta-style shared conversations on a Cairn recall stream.
 
-    shared = LettaShared.create(channel, api_key=key, owner_agent_id="planner")
+    client = cairn.Client(recall="127.0.0.1:50052", api_key=key)
+    shared = LettaShared.create(client, owner_agent_id="planner")
     shared.attach("coder")                       # a WRITER by default
     shared.write("Plan: ship on Friday.")        # as the key's own agent
     shared.read(from_agent="coder", limit=20)    # the latest 20 messages by coder, oldest first
     shared.overlapping_writes_within(seconds=5)  # messages by different agents close together
 
-Every call is one or a few RecallService RPCs; errors are the server's `grpc.RpcError`s
-(`PERMISSION_DENIED` for a detached agent, and so on). `read` returns messages only, never
-the attach and detach events of the log. Search arrives in a later release: until then
-`read(query=...)` raises `SearchNotAvailable`.
+Every call is one or a few RecallService RPCs made through `cairn.Client` (a bare
+`grpc.Channel` with an `api_key` works too), with its deadline and retries; errors are the
+client's typed errors (`cairn.PermissionDenied` for a detached agent, and so on). `read`
+returns messages only, never the attach and detach events of the log. Search arrives in a
+later release: until then `read(query=...)` raises `SearchNotAvailable`.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
+from itertools import islice
 from typing import Any
 
 import grpc
-from google.protobuf.timestamp_pb2 import Timestamp
 
-from cairn.connection import Authenticated
-from cairn.v1 import recall_pb2, recall_pb2_grpc
+from cairn.client import DEFAULT_TIMEOUT, Client
+from cairn.enums import ParticipantRole, StreamKind
+from cairn.recall_types import Participant, Record
 
 __all__ = ["LettaShared", "Overlap", "SearchNotAvailable", "SharedMessage", "SharedParticipant"]
 
-_ROLES = {
-    "reader": recall_pb2.PARTICIPANT_ROLE_READER,
-    "writer": recall_pb2.PARTICIPANT_ROLE_WRITER,
-    "owner": recall_pb2.PARTICIPANT_ROLE_OWNER,
-}
-_ROLE_NAMES = {number: name for name, number in _ROLES.items()}
+_ROLES = ("reader", "writer", "owner")
 
 
 class SearchNotAvailable(NotImplementedError):
@@ -73,30 +70,34 @@ class Overlap:
     seconds_apart: float
 
 
-def _time(ts: Timestamp) -> datetime:
-    return datetime.fromtimestamp(ts.seconds + ts.nanos / 1e9, tz=UTC)
-
-
-def _message(record: recall_pb2.Record) -> SharedMessage:
+def _message(record: Record) -> SharedMessage:
     return SharedMessage(
         seq=record.seq,
         author=record.source_agent_id,
         written_by=record.written_by,
         content=record.content,
-        created_at=_time(record.created_at),
-        tags=tuple(record.tags),
-        metadata=json.loads(record.metadata_json or "{}"),
+        created_at=record.created_at,
+        tags=record.tags,
+        metadata=record.metadata,
         redacted=record.redacted,
     )
 
 
-def _participant(pb: recall_pb2.Participant) -> SharedParticipant:
+def _participant(participant: Participant) -> SharedParticipant:
     return SharedParticipant(
-        agent_id=pb.agent_id,
-        role=_ROLE_NAMES.get(pb.role, "unknown"),
-        attached_seq=pb.attached_seq,
-        attached_at=_time(pb.attached_at),
+        agent_id=participant.agent_id,
+        role=str(participant.role),
+        attached_seq=participant.attached_seq,
+        attached_at=participant.attached_at,
     )
+
+
+def _client(target: Client | grpc.Channel, api_key: str | None, timeout: float | None) -> Client:
+    if isinstance(target, Client):
+        if api_key is not None:
+            raise ValueError("the client carries its own API key: pass api_key to cairn.Client")
+        return target
+    return Client.from_channels(recall=target, api_key=api_key, timeout=timeout)
 
 
 class LettaShared:
@@ -104,51 +105,45 @@ class LettaShared:
 
     def __init__(
         self,
-        channel: grpc.Channel,
+        client: Client | grpc.Channel,
         stream_id: str,
         *,
         api_key: str | None = None,
-        timeout: float = 30.0,
+        timeout: float | None = DEFAULT_TIMEOUT,
     ) -> None:
-        self._stub: Any = Authenticated(
-            recall_pb2_grpc.RecallServiceStub(channel), api_key, timeout
-        )
+        """`client` reaches the recall service; a `grpc.Channel` is wrapped in a
+        `cairn.Client` with `api_key` and `timeout` (a Client brings its own)."""
+        self.client = _client(client, api_key, timeout)
         self.stream_id = stream_id
 
     @classmethod
     def create(
         cls,
-        channel: grpc.Channel,
+        client: Client | grpc.Channel,
         *,
         api_key: str | None = None,
         stream_id: str = "",
         owner_agent_id: str = "",
-        timeout: float = 30.0,
+        timeout: float | None = DEFAULT_TIMEOUT,
     ) -> LettaShared:
         """Creates a new conversation (an agent key owns it; admin and service keys name the
         owner) and returns it."""
-        stub: Any = Authenticated(recall_pb2_grpc.RecallServiceStub(channel), api_key, timeout)
-        reply = stub.CreateStream(
-            recall_pb2.CreateStreamRequest(
-                stream_id=stream_id,
-                kind=recall_pb2.STREAM_KIND_CONVERSATION,
-                owner_agent_id=owner_agent_id,
-            )
+        recall = _client(client, api_key, timeout)
+        created = recall.recall.create_stream(
+            StreamKind.CONVERSATION, stream_id=stream_id, owner_agent_id=owner_agent_id
         )
-        return cls(channel, reply.stream.id, api_key=api_key, timeout=timeout)
+        return cls(recall, created.stream.id)
 
     def attach(self, agent_id: str, role: str = "writer") -> SharedParticipant:
         """Adds an agent (or changes its role); needs an owner or admin key."""
         if role not in _ROLES:
             raise ValueError(f"role must be one of {', '.join(_ROLES)}, got {role!r}")
-        reply = self._stub.Attach(
-            recall_pb2.AttachRequest(stream_id=self.stream_id, agent_id=agent_id, role=_ROLES[role])
-        )
-        return _participant(reply.participant)
+        attached = self.client.recall.attach(self.stream_id, agent_id, ParticipantRole(role))
+        return _participant(attached.participant)
 
     def detach(self, agent_id: str) -> None:
         """Removes an agent: it reads and writes nothing more."""
-        self._stub.Detach(recall_pb2.DetachRequest(stream_id=self.stream_id, agent_id=agent_id))
+        self.client.recall.detach(self.stream_id, agent_id)
 
     def read(
         self, *, from_agent: str | None = None, query: str | None = None, limit: int = 50
@@ -159,15 +154,15 @@ class LettaShared:
                 "read(query=...) needs the recall service's search, which is not available "
                 "in this release; read by author and limit instead"
             )
-        reply = self._stub.Read(
-            recall_pb2.ReadRequest(
-                stream_id=self.stream_id,
-                page_size=limit,
-                source_agent_ids=[from_agent] if from_agent else [],
-                newest_first=True,
-            )
+        if not 1 <= limit <= 1000:
+            raise ValueError(f"limit must be between 1 and 1000, got {limit}")
+        newest = self.client.recall.read(
+            self.stream_id,
+            source_agent_ids=[from_agent] if from_agent else [],
+            newest_first=True,
+            page_size=limit,
         )
-        return [_message(r) for r in reversed(reply.records)]
+        return [_message(r) for r in reversed(list(islice(newest, limit)))]
 
     def write(
         self,
@@ -179,53 +174,24 @@ class LettaShared:
         idempotency_key: str = "",
     ) -> SharedMessage:
         """Appends a message as the key's own agent, or as `source_agent_id` (which needs an
-        owner, admin or service key). Retrying with the same `idempotency_key` writes once."""
-        reply = self._stub.Write(
-            recall_pb2.WriteRequest(
-                stream_id=self.stream_id,
-                entry=recall_pb2.WriteEntry(
-                    content=content,
-                    source_agent_id=source_agent_id or "",
-                    tags=list(tags),
-                    metadata_json=json.dumps(metadata) if metadata is not None else "",
-                    idempotency_key=idempotency_key,
-                ),
-            )
+        owner, admin or service key). Retrying with the same `idempotency_key` writes once,
+        and with a key the client retries by itself when the server is unavailable."""
+        written = self.client.recall.write(
+            self.stream_id,
+            content,
+            source_agent_id=source_agent_id or "",
+            tags=tags,
+            metadata=metadata,
+            idempotency_key=idempotency_key,
         )
-        return _message(reply.record)
+        return _message(written.record)
 
     def list_participants(self) -> list[SharedParticipant]:
         """Everyone attached now, in the order they joined."""
-        found: list[SharedParticipant] = []
-        token = ""
-        while True:
-            reply = self._stub.ListParticipants(
-                recall_pb2.ListParticipantsRequest(
-                    stream_id=self.stream_id, page_size=1000, page_token=token
-                )
-            )
-            found.extend(_participant(p) for p in reply.participants)
-            token = reply.next_page_token
-            if not token:
-                return found
+        participants = self.client.recall.list_participants(self.stream_id, page_size=1000)
+        return [_participant(p) for p in participants]
 
     def overlapping_writes_within(self, *, seconds: float) -> list[Overlap]:
         """Pairs of messages by different agents written within `seconds` of each other."""
-        found: list[Overlap] = []
-        token = ""
-        while True:
-            reply = self._stub.OverlappingWrites(
-                recall_pb2.OverlappingWritesRequest(
-                    stream_id=self.stream_id,
-                    within_seconds=seconds,
-                    page_size=1000,
-                    page_token=token,
-                )
-            )
-            found.extend(
-                Overlap(_message(p.earlier), _message(p.later), p.seconds_apart)
-                for p in reply.pairs
-            )
-            token = reply.next_page_token
-            if not token:
-                return found
+        pairs = self.client.recall.overlapping_writes(self.stream_id, seconds, page_size=1000)
+        return [Overlap(_message(p.earlier), _message(p.later), p.seconds_apart) for p in pairs]
