@@ -210,3 +210,12 @@ def test_role_and_kind_strings_are_accepted_as_enum_values() -> None:
     assert request.role == recall_pb2.PARTICIPANT_ROLE_OWNER  # type: ignore[attr-defined]
     request = recall_calls.create_stream(cairn.StreamKind("archival")).request
     assert request.kind == recall_pb2.STREAM_KIND_ARCHIVAL  # type: ignore[attr-defined]
+
+
+def test_a_client_needs_at_least_one_address() -> None:
+    for make in (cairn.Client, cairn.AsyncClient):
+        with pytest.raises(ValueError) as caught:
+            make(api_key="k")
+        assert str(caught.value) == (
+            "give the address of the state service, the recall service, or both"
+        )

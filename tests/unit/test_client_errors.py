@@ -66,7 +66,7 @@ def test_each_code_raises_its_own_class(code: grpc.StatusCode, cls: type) -> Non
     assert type(error) is cls
     assert isinstance(error, errors.CairnError)
     assert (error.code, error.details, error.attempts) == (code, "what happened", 3)
-    assert str(error) == f"{code.name}: what happened"
+    assert str(error) == f"{code.name}: what happened (after 3 attempts)"
 
 
 @pytest.mark.parametrize(
@@ -77,6 +77,11 @@ def test_codes_without_a_class_raise_the_base_class(code: grpc.StatusCode) -> No
     error = errors.from_rpc_error(FakeRpcError(code, "odd"))
     assert type(error) is errors.CairnError
     assert (error.code, error.details, error.attempts) == (code, "odd", 1)
+
+
+def test_a_single_attempt_is_not_mentioned() -> None:
+    error = errors.from_rpc_error(FakeRpcError(grpc.StatusCode.NOT_FOUND, "agent 'x' not found"))
+    assert str(error) == "NOT_FOUND: agent 'x' not found"
 
 
 def test_missing_details_leave_the_code_alone_in_the_message() -> None:

@@ -100,6 +100,8 @@ class AsyncClient:
         timeout: float | None = DEFAULT_TIMEOUT,
         retry: RetryPolicy | None = None,
     ) -> None:
+        if state is None and recall is None:
+            raise ValueError("give the address of the state service, the recall service, or both")
         addresses: dict[Service, str | None] = {"state": state, "recall": recall}
         channels = {
             service: open_async_channel(address, tls=tls, plaintext=plaintext)

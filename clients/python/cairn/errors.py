@@ -53,7 +53,8 @@ class CairnError(Exception):
     `attempts` how many times the call was sent (more than 1 after retries)."""
 
     def __init__(self, code: grpc.StatusCode, details: str, *, attempts: int = 1) -> None:
-        super().__init__(f"{code.name}: {details}" if details else code.name)
+        message = f"{code.name}: {details}" if details else code.name
+        super().__init__(f"{message} (after {attempts} attempts)" if attempts > 1 else message)
         self.code = code
         self.details = details
         self.attempts = attempts

@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import grpc
 
@@ -39,9 +39,7 @@ class RetryPolicy:
     initial_backoff: float = 0.1
     max_backoff: float = 2.0
     multiplier: float = 2.0
-    retryable_codes: frozenset[grpc.StatusCode] = field(
-        default_factory=lambda: DEFAULT_RETRYABLE_CODES
-    )
+    retryable_codes: frozenset[grpc.StatusCode] = DEFAULT_RETRYABLE_CODES
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
