@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 import cairn
-from cairn import memfs_calls, proof_calls, recall_calls, state_calls
+from cairn import agent_calls, block_calls, memfs_calls, proof_calls, recall_calls, step_calls
 from cairn.async_client import AsyncRecallClient, AsyncStateClient
 from cairn.client import RecallClient, StateClient
 from cairn.v1 import common_pb2, recall_pb2, state_pb2
@@ -54,7 +54,7 @@ def test_methods_show_their_builders_parameters_and_plain_return_types() -> None
             "(agent_id: 'str', *, timeout: 'float | None' = None) -> 'Agent'"
         )
         assert inspect.signature(client.recall.read).return_annotation == "Iterator[Record]"
-        assert client.state.get_agent.__doc__ == state_calls.get_agent.__doc__
+        assert client.state.get_agent.__doc__ == agent_calls.get_agent.__doc__
         assert client.state.get_agent is client.state.get_agent  # made once per client
     finally:
         client.close()
@@ -69,17 +69,17 @@ def test_async_methods_are_coroutine_functions_and_lists_async_iterators() -> No
 @pytest.mark.parametrize(
     ("call", "idempotent"),
     [
-        (state_calls.get_agent("a"), True),
-        (state_calls.compile_context("a"), True),
-        (state_calls.export_agent(["a"]), True),
-        (state_calls.commit_step("a", [cairn.Message.user("hi")], base_context_version=1), True),
-        (state_calls.create_agent("a"), False),
-        (state_calls.update_agent("a", name="b"), False),
-        (state_calls.update_block("b", value="v", expected_version=3), False),
-        (state_calls.delete_block("b"), False),
-        (state_calls.execute_memory_tool("a", "memory_rethink", "{}"), False),
-        (state_calls.plan_compaction("a"), False),
-        (state_calls.apply_compaction("a", "p", "s"), False),
+        (agent_calls.get_agent("a"), True),
+        (step_calls.compile_context("a"), True),
+        (agent_calls.export_agent(["a"]), True),
+        (step_calls.commit_step("a", [cairn.Message.user("hi")], base_context_version=1), True),
+        (agent_calls.create_agent("a"), False),
+        (agent_calls.update_agent("a", name="b"), False),
+        (block_calls.update_block("b", value="v", expected_version=3), False),
+        (block_calls.delete_block("b"), False),
+        (step_calls.execute_memory_tool("a", "memory_rethink", "{}"), False),
+        (step_calls.plan_compaction("a"), False),
+        (step_calls.apply_compaction("a", "p", "s"), False),
         (memfs_calls.get_memory_file("a", "system/x.md"), True),
         (memfs_calls.commit_memory_files("a", upserts={"x.md": "---\n---\n"}), False),
         (recall_calls.get_stream("s"), True),
@@ -106,7 +106,7 @@ def test_only_reads_and_keyed_writes_may_be_retried(call: object, idempotent: bo
 
 
 def test_commit_step_generates_one_step_id_that_every_attempt_reuses() -> None:
-    call = state_calls.commit_step(
+    call = step_calls.commit_step(
         "agent-1",
         [cairn.Message.user("hi"), cairn.Message.assistant("hello")],
         base_context_version=4,
@@ -123,24 +123,24 @@ def test_commit_step_generates_one_step_id_that_every_attempt_reuses() -> None:
 
 
 def test_commit_step_keeps_a_given_step_id() -> None:
-    call = state_calls.commit_step("a", [], base_context_version=1, step_id="mine")
+    call = step_calls.commit_step("a", [], base_context_version=1, step_id="mine")
     assert call.request.step_id == "mine"  # type: ignore[attr-defined]
 
 
 def test_update_masks_name_exactly_the_fields_given() -> None:
-    call = state_calls.update_agent("agent-1", name="", tags=[], expected_version=7)
+    call = agent_calls.update_agent("agent-1", name="", tags=[], expected_version=7)
     request = call.request
     assert isinstance(request, state_pb2.UpdateAgentRequest)
     assert list(request.update_mask.paths) == ["name", "tags"]
     assert (request.agent.id, request.expected_version) == ("agent-1", 7)
-    block = state_calls.update_block("block-1", value="v", read_only=False).request
+    block = block_calls.update_block("block-1", value="v", read_only=False).request
     assert isinstance(block, state_pb2.UpdateBlockRequest)
     assert list(block.update_mask.paths) == ["value", "read_only"]
     assert not block.HasField("expected_version")
 
 
 def test_memory_update_mode_reaches_the_update() -> None:
-    request = state_calls.update_agent(
+    request = agent_calls.update_agent(
         "a", memory_update_mode=cairn.MemoryUpdateMode.MESSAGE
     ).request
     assert isinstance(request, state_pb2.UpdateAgentRequest)
@@ -149,8 +149,8 @@ def test_memory_update_mode_reaches_the_update() -> None:
 
 
 def test_memory_tool_arguments_may_be_text_or_a_dict() -> None:
-    as_text = state_calls.execute_memory_tool("a", "t", '{"label": "human"}').request
-    as_dict = state_calls.execute_memory_tool("a", "t", {"label": "human"}).request
+    as_text = step_calls.execute_memory_tool("a", "t", '{"label": "human"}').request
+    as_dict = step_calls.execute_memory_tool("a", "t", {"label": "human"}).request
     assert as_text.arguments_json == '{"label": "human"}'  # type: ignore[attr-defined]
     assert as_dict.arguments_json == '{"label":"human"}'  # type: ignore[attr-defined]
 
@@ -187,7 +187,7 @@ def test_naive_times_are_refused() -> None:
 
 def test_times_in_other_zones_are_converted_exactly() -> None:
     start = datetime(2026, 1, 1, 1, 0, 0, 1, tzinfo=timezone(timedelta(hours=1)))
-    request = state_calls.list_messages("a", start=start).page("").request
+    request = step_calls.list_messages("a", start=start).page("").request
     assert isinstance(request, state_pb2.ListMessagesRequest)
     assert (request.time_range.start.seconds, request.time_range.start.nanos) == (
         1767225600,
@@ -196,7 +196,7 @@ def test_times_in_other_zones_are_converted_exactly() -> None:
 
 
 def test_pages_parse_items_and_the_next_token() -> None:
-    call = state_calls.list_blocks(label="human", page_size=2).page("")
+    call = block_calls.list_blocks(label="human", page_size=2).page("")
     reply = state_pb2.ListBlocksResponse(
         blocks=[state_pb2.Block(id="b1", label="human")], next_page_token="next"
     )

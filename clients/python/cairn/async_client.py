@@ -13,7 +13,14 @@ from types import TracebackType
 
 from grpc import aio
 
-from cairn import memfs_calls, proof_calls, recall_calls, state_calls
+from cairn import (
+    agent_calls,
+    block_calls,
+    memfs_calls,
+    proof_calls,
+    recall_calls,
+    step_calls,
+)
 from cairn.async_transport import AsyncTransport, paged, streaming, unary
 from cairn.calls import Service
 from cairn.channels import TLS, open_async_channel
@@ -30,28 +37,28 @@ class AsyncStateClient:
     def __init__(self, transport: AsyncTransport) -> None:
         self._transport = transport
 
-    create_agent = unary(state_calls.create_agent)
-    get_agent = unary(state_calls.get_agent)
-    list_agents = paged(state_calls.list_agents)
-    update_agent = unary(state_calls.update_agent)
-    delete_agent = unary(state_calls.delete_agent)
-    create_block = unary(state_calls.create_block)
-    get_block = unary(state_calls.get_block)
-    list_blocks = paged(state_calls.list_blocks)
-    update_block = unary(state_calls.update_block)
-    delete_block = unary(state_calls.delete_block)
-    attach_block = unary(state_calls.attach_block)
-    detach_block = unary(state_calls.detach_block)
-    reorder_blocks = unary(state_calls.reorder_blocks)
-    compile_context = unary(state_calls.compile_context)
-    watch_agent = streaming(state_calls.watch_agent)
-    commit_step = unary(state_calls.commit_step)
-    list_messages = paged(state_calls.list_messages)
-    execute_memory_tool = unary(state_calls.execute_memory_tool)
-    plan_compaction = unary(state_calls.plan_compaction)
-    apply_compaction = unary(state_calls.apply_compaction)
-    export_agent = unary(state_calls.export_agent)
-    import_agent = unary(state_calls.import_agent)
+    create_agent = unary(agent_calls.create_agent)
+    get_agent = unary(agent_calls.get_agent)
+    list_agents = paged(agent_calls.list_agents)
+    update_agent = unary(agent_calls.update_agent)
+    delete_agent = unary(agent_calls.delete_agent)
+    create_block = unary(block_calls.create_block)
+    get_block = unary(block_calls.get_block)
+    list_blocks = paged(block_calls.list_blocks)
+    update_block = unary(block_calls.update_block)
+    delete_block = unary(block_calls.delete_block)
+    attach_block = unary(block_calls.attach_block)
+    detach_block = unary(block_calls.detach_block)
+    reorder_blocks = unary(block_calls.reorder_blocks)
+    compile_context = unary(step_calls.compile_context)
+    watch_agent = streaming(step_calls.watch_agent)
+    commit_step = unary(step_calls.commit_step)
+    list_messages = paged(step_calls.list_messages)
+    execute_memory_tool = unary(step_calls.execute_memory_tool)
+    plan_compaction = unary(step_calls.plan_compaction)
+    apply_compaction = unary(step_calls.apply_compaction)
+    export_agent = unary(agent_calls.export_agent)
+    import_agent = unary(agent_calls.import_agent)
     commit_memory_files = unary(memfs_calls.commit_memory_files)
     list_memory_files = unary(memfs_calls.list_memory_files)
     get_memory_file = unary(memfs_calls.get_memory_file)

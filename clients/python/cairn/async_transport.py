@@ -1,5 +1,5 @@
 """Sending calls over asyncio gRPC channels, and the descriptors that turn the builders of
-`state_calls` and friends into methods of `cairn.AsyncClient`. The logic is that of
+`agent_calls` and friends into methods of `cairn.AsyncClient`. The logic is that of
 `sync_transport`: the same calls, the same retries (`cairn.retries.Attempts`), the same
 errors."""
 

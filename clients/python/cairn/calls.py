@@ -1,27 +1,41 @@
 """What one client method sends, described as data, so the sync and async clients share it.
 
-The request-building modules (`state_calls`, `memfs_calls`, `recall_calls`, `proof_calls`)
-turn a method's arguments into one of these descriptions; the transports (`sync_transport`,
-`async_transport`) send them, retrying, paging and mapping errors the same way. A method is
-written once, as its builder, and appears on both clients.
+The request-building modules (`agent_calls`, `block_calls`, `step_calls`, `memfs_calls`,
+`recall_calls`, `proof_calls`) turn a method's arguments into one of these descriptions; the
+transports (`sync_transport`, `async_transport`) send them, retrying, paging and mapping
+errors the same way. A method is written once, as its builder, and appears on both clients.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
+from google.protobuf import field_mask_pb2
 from google.protobuf.message import Message as ProtoMessage
 
-__all__ = ["Call", "Page", "Paged", "Service", "Streamed", "bind", "paged"]
+__all__ = [
+    "DEFAULT_PAGE_SIZE",
+    "Call",
+    "Page",
+    "Paged",
+    "Service",
+    "Streamed",
+    "bind",
+    "field_mask",
+    "paged",
+]
 
 T = TypeVar("T")
 M = TypeVar("M", bound=Callable[..., Any])
 
 Service = Literal["state", "recall"]
+
+# Items per page of a list, unless the method is given `page_size` (the servers take 1-1000).
+DEFAULT_PAGE_SIZE = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +98,11 @@ def paged(
         )
 
     return Paged(page)
+
+
+def field_mask(fields: Iterable[tuple[str, object]]) -> field_mask_pb2.FieldMask:
+    """A field mask naming the fields of an update that were given (not None)."""
+    return field_mask_pb2.FieldMask(paths=[name for name, value in fields if value is not None])
 
 
 def bind(client: object, name: str, method: M, build: Callable[..., Any], returns: str) -> M:

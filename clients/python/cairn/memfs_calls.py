@@ -1,7 +1,7 @@
 """The state service's MemFS methods: git-backed memory files of MEMFS agents.
 
 Each function builds the call for the client method of the same name (`client.state.<name>`)
-and its docstring documents that method; `timeout` as in `state_calls`. Every method raises
+and its docstring documents that method; `timeout` as in `agent_calls`. Every method raises
 FailedPrecondition when the agent is not a MEMFS agent, and NotFound when there is no such
 agent.
 """
@@ -11,11 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from cairn import state_convert as convert
-from cairn.calls import Call, Paged, paged
+from cairn.calls import DEFAULT_PAGE_SIZE, Call, Paged, paged
 from cairn.state_types import CommittedFiles, MemoryCommit, MemoryFile, RevertedMemory
 from cairn.v1 import state_pb2
-
-DEFAULT_PAGE_SIZE = 100
 
 
 def commit_memory_files(

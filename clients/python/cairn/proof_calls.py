@@ -2,7 +2,7 @@
 checkpoints, Merkle proofs and the signing key.
 
 Each function builds the call for the client method of the same name (`client.recall.<name>`)
-and its docstring documents that method; `timeout` as in `state_calls`. All of them are reads,
+and its docstring documents that method; `timeout` as in `agent_calls`. All of them are reads,
 retried when the server is unavailable. Check what they return on your side with
 `cairn.verify`.
 """

@@ -2,7 +2,7 @@
 are in `proof_calls`).
 
 Each function builds the call for the client method of the same name (`client.recall.<name>`)
-and its docstring documents that method; `timeout` as in `state_calls`. Every method naming a
+and its docstring documents that method; `timeout` as in `agent_calls`. Every method naming a
 stream raises NotFound when the caller's tenant has no such stream, and PermissionDenied when
 the caller may not act on it. Reads, `attach` (attaching again writes nothing) and writes
 that carry idempotency keys are retried when the server is unavailable.
@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from cairn import recall_convert as convert
-from cairn.calls import Call, Paged, paged
+from cairn.calls import DEFAULT_PAGE_SIZE, Call, Paged, paged
 from cairn.enums import ParticipantRole, StreamKind
 from cairn.protobuf_values import PARTICIPANT_ROLE, STREAM_KIND, to_timestamp
 from cairn.recall_types import (
@@ -34,9 +34,6 @@ from cairn.recall_types import (
     WrittenBatch,
 )
 from cairn.v1 import common_pb2, recall_pb2
-
-DEFAULT_PAGE_SIZE = 100
-
 
 # --- streams --------------------------------------------------------------------------------
 

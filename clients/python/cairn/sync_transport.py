@@ -1,5 +1,5 @@
 """Sending calls over synchronous gRPC channels, and the descriptors that turn the builders
-of `state_calls` and friends into methods of `cairn.Client`."""
+of `agent_calls` and friends into methods of `cairn.Client`."""
 
 from __future__ import annotations
 
