@@ -268,24 +268,24 @@ def test_a_service_without_an_address_says_so(server: Start) -> None:
 
 
 def test_a_slow_server_raises_deadline_exceeded_within_the_deadline(server: Start) -> None:
-    address, script = server(stream_reply(), delay=1.5)
+    address, script = server(stream_reply(), delay=2.0)
     with client(address, timeout=0.3) as c:
         started = time.monotonic()
         with pytest.raises(cairn.DeadlineExceeded) as caught:
             c.recall.get_stream("s1")
         elapsed = time.monotonic() - started
-    assert 0.25 <= elapsed < 0.8
+    assert 0.25 <= elapsed < 1.2
     assert (caught.value.code, caught.value.attempts) == (grpc.StatusCode.DEADLINE_EXCEEDED, 1)
     assert len(script.calls) == 1
 
 
 def test_a_per_call_timeout_overrides_the_client_default(server: Start) -> None:
-    address, _ = server(stream_reply(), delay=1.5)
+    address, _ = server(stream_reply(), delay=2.0)
     with client(address, timeout=60) as c:
         started = time.monotonic()
         with pytest.raises(cairn.DeadlineExceeded):
             c.recall.get_stream("s1", timeout=0.2)
-    assert time.monotonic() - started < 0.7
+    assert time.monotonic() - started < 1.2
 
 
 def test_retries_end_at_the_deadline(server: Start) -> None:
@@ -296,7 +296,7 @@ def test_retries_end_at_the_deadline(server: Start) -> None:
         with pytest.raises(cairn.Unavailable) as caught:
             c.recall.get_checkpoint("s1")
         elapsed = time.monotonic() - started
-    assert elapsed < 0.7
+    assert elapsed < 1.2
     assert 1 < caught.value.attempts == len(script.calls) < 1000
 
 
@@ -391,12 +391,12 @@ async def test_async_write_without_a_key_is_sent_once(server: Start) -> None:
 
 
 async def test_async_slow_server_raises_deadline_exceeded(server: Start) -> None:
-    address, _ = server(stream_reply(), delay=1.5)
+    address, _ = server(stream_reply(), delay=2.0)
     async with async_client(address, timeout=0.3) as c:
         started = time.monotonic()
         with pytest.raises(cairn.DeadlineExceeded):
             await c.recall.get_stream("s1")
-    assert 0.25 <= time.monotonic() - started < 0.8
+    assert 0.25 <= time.monotonic() - started < 1.2
 
 
 async def test_async_list_follows_page_tokens(server: Start) -> None:
