@@ -2,9 +2,9 @@
 files (export and import).
 
 Each function builds the call for the client method of the same name (`client.state.<name>`)
-and its docstring documents that method. Every method takes `timeout` (seconds, for the whole
-call with its retries; the client's default when None). Reads and exports are retried when the
-server is unavailable; the other calls are sent once.
+and its docstring documents that method. Every method takes `timeout`: seconds for the whole
+call with its retries (for a list, for each page), the client's default when None. Reads and
+exports are retried when the server is unavailable; the other calls are sent once.
 """
 
 from __future__ import annotations

@@ -2,10 +2,9 @@
 attach, detach and reorder them on agents.
 
 Each function builds the call for the client method of the same name (`client.state.<name>`)
-and its docstring documents that method. Every method takes `timeout` (seconds, for the whole
-call with its retries; the client's default when None). Reads are retried when the
-server is unavailable; the other calls are sent once (an update that lost a race is Aborted,
-not retried).
+and its docstring documents that method; `timeout` as in `agent_calls`. Reads are retried
+when the server is unavailable; the other calls are sent once (an update that lost a race is
+Aborted, not retried).
 """
 
 from __future__ import annotations

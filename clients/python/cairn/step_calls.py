@@ -2,10 +2,9 @@
 commit a step, list its history, run memory tools, and compact the window.
 
 Each function builds the call for the client method of the same name (`client.state.<name>`)
-and its docstring documents that method. Every method takes `timeout` (seconds, for the whole
-call with its retries; the client's default when None). `compile_context`, `list_messages`
-and `commit_step` (whose step id makes it safe) are retried when the server is unavailable;
-memory tools and compaction are sent once.
+and its docstring documents that method; `timeout` as in `agent_calls`. `compile_context`,
+`list_messages` and `commit_step` (whose step id makes it safe) are retried when the server
+is unavailable; memory tools and compaction are sent once.
 """
 
 from __future__ import annotations
