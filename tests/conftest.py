@@ -43,10 +43,10 @@ POSTGRES_ENV = "CAIRN_TEST_POSTGRES_URL"
 def _docker_postgres() -> str | None:
     """A PostgreSQL container from testcontainers, when a Docker engine answers."""
     try:
-        import docker
         from testcontainers.community.postgres import PostgresContainer
+        from testcontainers.core.docker_client import DockerClient
 
-        docker.from_env().ping()
+        DockerClient()  # raises when no Docker engine answers
     except Exception:
         return None
     container = PostgresContainer("postgres:16-alpine")
@@ -91,6 +91,20 @@ def state_backend(request: pytest.FixtureRequest) -> Iterator[list[str]]:
         return
     url: str = request.getfixturevalue("postgres_url")
     schema = f"m_{uuid.uuid4().hex[:12]}"
+    yield ["--database-url", url, "--database-schema", schema]
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'.encode())
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def recall_backend(request: pytest.FixtureRequest) -> Iterator[list[str]]:
+    """Recall server flags for each log store: the module's tests run on both (PostgreSQL in
+    a schema of the module's own, dropped afterwards)."""
+    if request.param == "sqlite":
+        yield []
+        return
+    url: str = request.getfixturevalue("postgres_url")
+    schema = f"r_{uuid.uuid4().hex[:12]}"
     yield ["--database-url", url, "--database-schema", schema]
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'.encode())
