@@ -14,9 +14,11 @@ from recall_service.store.base import LogReader, RecordQuery
 _PAIR_SHIFT = 32
 
 
-def readable(deps: Deps, principal: Principal, stream_id: str) -> tuple[LogReader, Stream]:
-    """The caller's reader and the stream, once the caller may read it."""
-    reader = deps.store.reader()
+def readable(
+    deps: Deps, principal: Principal, stream_id: str, reader: LogReader | None = None
+) -> tuple[LogReader, Stream]:
+    """The caller's reader (or `reader`) and the stream, once the caller may read it."""
+    reader = reader if reader is not None else deps.store.reader()
     stream = load_stream(reader, principal.tenant, stream_id)
     agent = acl.agent_of(principal)
     acl.require_read(principal, stream, reader.participant(stream, agent) if agent else None)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cairn_server.auth import Principal
-from cairn_server.errors import AlreadyExists, PermissionDenied
+from cairn_server.errors import PermissionDenied
 from cairn_server.paging import fingerprint, next_token, parse_page
 from recall_service import acl, validation
 from recall_service.append import append_drafts
@@ -45,8 +45,8 @@ def create_stream(
     elif owner_agent_id:
         validation.check_id("owner_agent_id", owner_agent_id, "an agent")
     with deps.store.transaction() as tx:
-        if tx.get_stream(principal.tenant, stream_id) is not None:
-            raise AlreadyExists(f"stream '{stream_id}' already exists")
+        # The insert is the check: it raises AlreadyExists for an id taken before, or by a
+        # concurrent create on another replica that committed first.
         now = deps.clock()
         first = genesis(principal.tenant, stream_id, kind, now)
         stream = tx.insert_stream(

@@ -30,6 +30,7 @@ from recall_service.core import Deps
 from recall_service.merkle import Coord
 from recall_service.models import Checkpoint, Record, RecordKind, Stream
 from recall_service.reads import readable
+from recall_service.store.base import LogReader
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,8 +289,17 @@ def _trusted_failures(
 def verify_stream(
     deps: Deps, principal: Principal, stream_id: str, trusted: Checkpoint | None
 ) -> Verdict:
-    """Verifies a stream the caller may read, optionally against a checkpoint it kept."""
-    reader, stream = readable(deps, principal, stream_id)
+    """Verifies a stream the caller may read, optionally against a checkpoint it kept.
+
+    Everything is read in one snapshot, so appends committing meanwhile (on this replica or
+    another) are either wholly in what is checked or wholly out of it.
+    """
+    with deps.store.snapshot() as snapshot:
+        reader, stream = readable(deps, principal, stream_id, snapshot)
+        return _verify(deps, reader, stream, trusted)
+
+
+def _verify(deps: Deps, reader: LogReader, stream: Stream, trusted: Checkpoint | None) -> Verdict:
     if trusted is not None:
         if trusted.stream_id != stream.id or trusted.tenant != stream.tenant:
             raise InvalidArgument(

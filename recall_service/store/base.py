@@ -1,12 +1,14 @@
 """The `LogStore` interface. Domain code sees only this; only stores see SQL.
 
-Reads go through `reader()`. Creating a stream runs in `transaction()`. Appending to a stream
-runs in `append(tenant, stream_id)`, a unit of work that holds the stream's append lock for
-its duration: SQLite takes its one write lock (BEGIN IMMEDIATE), PostgreSQL takes a row lock
-on the stream (`SELECT ... FOR UPDATE`), so appends to one stream are serialized while
-different streams append in parallel. Records, Merkle nodes and checkpoints are only ever
-inserted; the only in-place changes are a redaction's erasure of content and salt, and the
-participant table, which is a projection of the log's ATTACH and DETACH records.
+Reads go through `reader()`; a read that must see one committed state across several
+queries (verification) goes through `snapshot()`. Creating a stream runs in `transaction()`.
+Appending to a stream runs in `append(tenant, stream_id)`, a unit of work that holds the
+stream's append lock for its duration: SQLite takes its one write lock (BEGIN IMMEDIATE),
+PostgreSQL takes a row lock on the stream (`SELECT ... FOR UPDATE`), so appends to one stream
+are serialized while different streams append in parallel. Records, Merkle nodes and
+checkpoints are only ever inserted; the only in-place changes are a redaction's erasure of
+content and salt, and the participant table, which is a projection of the log's ATTACH and
+DETACH records.
 """
 
 from __future__ import annotations
@@ -105,7 +107,8 @@ class LogTx(LogReader, Protocol):
     """Writes inside one unit of work."""
 
     def insert_stream(self, stream: Stream) -> Stream:
-        """Stores a new stream; returns it with its key."""
+        """Stores a new stream; returns it with its key. Raises AlreadyExists when the tenant
+        has a stream of that id (also one a concurrent transaction committed first)."""
 
     def append(
         self,
@@ -131,6 +134,10 @@ class LogStore(Protocol):
     def reader(self) -> LogReader:
         """Queries, on a connection the calling thread may use."""
 
+    def snapshot(self) -> AbstractContextManager[LogReader]:
+        """Queries that all see one committed state, however many statements they take
+        (SQLite: a read transaction; PostgreSQL: REPEATABLE READ, READ ONLY)."""
+
     def transaction(self) -> AbstractContextManager[LogTx]:
         """A unit of work: commits on normal exit, rolls back on an exception."""
 
@@ -146,8 +153,10 @@ class LogStore(Protocol):
         when there is no such stream in the tenant)."""
 
     def purge_erased(self) -> None:
-        """After a redaction: once it commits, makes the erased content unrecoverable from
-        the store's own files (SQLite: truncate the WAL; PostgreSQL: VACUUM the records)."""
+        """After a redaction: once it commits, removes the erased content from the store's
+        own files as far as the database allows (SQLite: truncate the WAL; PostgreSQL:
+        VACUUM the records table, which drops the old row version; see
+        docs/recall-service.md for what remains in WAL archives and backups)."""
 
     def close(self) -> None:
         """Releases connections."""

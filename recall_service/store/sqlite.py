@@ -9,23 +9,32 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 from cairn_server import sqlite as sqlite_util
-from recall_service.models import Stream
-from recall_service.store.sqlite_reader import SqliteLogReader
-from recall_service.store.sqlite_writer import SqliteLogTx
+from cairn_server.sqldb import SqliteDb
+from recall_service.models import Record, Stream
+from recall_service.store.sql_reader import SqlLogReader
+from recall_service.store.sql_writer import SqlLogTx
 
 LOG_FILE = "recall.sqlite3"
+# SQLite's planner passes over the time index for the overlap self-join unless told.
+TIME_INDEX = " INDEXED BY records_by_time"
 
 
 class SqliteLogStore:
     """The log in `recall.sqlite3`. Writes are serialized on one connection; each reading
-    thread has its own read-only connection, so reads never wait for a writer (WAL)."""
+    thread has its own read-only connection, so reads never wait for a writer (WAL).
 
-    def __init__(self, data_dir: Path) -> None:
+    `on_append` is called with the records of each unit of work once they are durable: after
+    its COMMIT, or inside `group()` after the group's COMMIT (never for a unit rolled back).
+    """
+
+    def __init__(
+        self, data_dir: Path, on_append: Callable[[Sequence[Record]], None] | None = None
+    ) -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.path = data_dir / LOG_FILE
         self._writer = sqlite_util.connect(self.path)
@@ -33,20 +42,43 @@ class SqliteLogStore:
         sqlite_util.migrate(self._writer, "recall_service.store")
         self._write_lock = threading.RLock()
         self._grouped = False
+        self._pending: list[Record] = []
         self._purge = False
+        self._on_append = on_append
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
 
-    def reader(self) -> SqliteLogReader:
-        """Queries on this thread's own connection."""
-        reader: SqliteLogReader | None = getattr(self._local, "reader", None)
-        if reader is None:
-            conn = sqlite_util.connect(self.path, read_only=True)
+    def _connection(self) -> sqlite3.Connection:
+        """This thread's read-only connection."""
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._local.conn = sqlite_util.connect(self.path, read_only=True)
             with self._readers_lock:
                 self._readers.append(conn)
-            reader = self._local.reader = SqliteLogReader(conn)
+        return conn
+
+    def reader(self) -> SqlLogReader:
+        """Queries on this thread's own connection."""
+        reader: SqlLogReader | None = getattr(self._local, "reader", None)
+        if reader is None:
+            db = SqliteDb(self._connection())
+            reader = self._local.reader = SqlLogReader(db, time_index=TIME_INDEX)
         return reader
+
+    @contextmanager
+    def snapshot(self) -> Iterator[SqlLogReader]:
+        """Queries that all see one committed state: a read transaction on this thread's
+        connection (WAL fixes its snapshot at the first read)."""
+        conn = self._connection()
+        if conn.in_transaction:  # a snapshot inside a snapshot: the outer one holds
+            yield self.reader()
+            return
+        conn.execute("BEGIN")
+        try:
+            yield self.reader()
+        finally:
+            conn.execute("COMMIT")
 
     @contextmanager
     def group(self) -> Iterator[None]:
@@ -60,22 +92,25 @@ class SqliteLogStore:
                 yield
             except BaseException:
                 self._grouped = False
+                self._pending = []
                 self._writer.execute("ROLLBACK")
                 raise
             self._grouped = False
+            appended, self._pending = self._pending, []
             try:
                 self._writer.execute("COMMIT")
             except BaseException:
                 if self._writer.in_transaction:
                     self._writer.execute("ROLLBACK")
                 raise
+        self._report(appended)
         self._purge_if_requested()
 
     @contextmanager
-    def transaction(self) -> Iterator[SqliteLogTx]:
+    def transaction(self) -> Iterator[SqlLogTx]:
         """BEGIN IMMEDIATE on the writer connection (a savepoint inside `group()`)."""
         with self._write_lock:
-            tx = SqliteLogTx(self._writer)
+            tx = SqlLogTx(SqliteDb(self._writer), time_index=TIME_INDEX)
             if self._grouped:
                 self._writer.execute("SAVEPOINT unit")
                 try:
@@ -85,6 +120,7 @@ class SqliteLogStore:
                     self._writer.execute("RELEASE unit")
                     raise
                 self._writer.execute("RELEASE unit")
+                self._pending.extend(tx.appended)
                 return
             self._writer.execute("BEGIN IMMEDIATE")
             try:
@@ -93,13 +129,18 @@ class SqliteLogStore:
                 self._writer.execute("ROLLBACK")
                 raise
             self._writer.execute("COMMIT")
+        self._report(tx.appended)
         self._purge_if_requested()
 
     @contextmanager
-    def append(self, tenant: str, stream_id: str) -> Iterator[tuple[SqliteLogTx, Stream | None]]:
+    def append(self, tenant: str, stream_id: str) -> Iterator[tuple[SqlLogTx, Stream | None]]:
         """A transaction holding SQLite's write lock, with the stream read inside it."""
         with self.transaction() as tx:
-            yield tx, tx.get_stream(tenant, stream_id)
+            yield tx, tx.lock_stream(tenant, stream_id)
+
+    def _report(self, records: list[Record]) -> None:
+        if records and self._on_append is not None:
+            self._on_append(records)
 
     def purge_erased(self) -> None:
         """Folds the WAL into the database and truncates it once the current transaction

@@ -56,18 +56,18 @@ class World:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+def world(tmp_path_factory: pytest.TempPathFactory, recall_backend: list[str]) -> Iterator[World]:
     data_dir = tmp_path_factory.mktemp("recall-access")
-    server = ServerProcess("recall_service", data_dir, free_port(), [], {}).start()
+    server = ServerProcess("recall_service", data_dir, free_port(), recall_backend, {}).start()
     keys = {
-        "admin": make_key(data_dir, "acme", Role.ADMIN),
-        "service": make_key(data_dir, "acme", Role.SERVICE, "state"),
-        "owner": make_key(data_dir, "acme", Role.AGENT, "olive"),
-        "writer": make_key(data_dir, "acme", Role.AGENT, "walt"),
-        "reader": make_key(data_dir, "acme", Role.AGENT, "rita"),
-        "detached": make_key(data_dir, "acme", Role.AGENT, "dora"),
-        "stranger": make_key(data_dir, "acme", Role.AGENT, "sam"),
-        "globex": make_key(data_dir, "globex", Role.ADMIN),
+        "admin": make_key(server, "acme", Role.ADMIN),
+        "service": make_key(server, "acme", Role.SERVICE, "state"),
+        "owner": make_key(server, "acme", Role.AGENT, "olive"),
+        "writer": make_key(server, "acme", Role.AGENT, "walt"),
+        "reader": make_key(server, "acme", Role.AGENT, "rita"),
+        "detached": make_key(server, "acme", Role.AGENT, "dora"),
+        "stranger": make_key(server, "acme", Role.AGENT, "sam"),
+        "globex": make_key(server, "globex", Role.ADMIN),
     }
     with grpc.insecure_channel(server.address) as channel:
         clients = {name: recall_client(channel, key) for name, key in keys.items()}

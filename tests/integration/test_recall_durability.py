@@ -19,6 +19,10 @@ from tests.servers import ServerProcess, make_key
 
 WRITERS = 8
 PER_WRITER = 500
+# PostgreSQL serializes a stream's appends through each commit's fsync (~4 ms apiece here,
+# where SQLite's group commit shares one): fewer records keep the suite fast, and
+# test_recall_replicas.py adds two processes on one stream.
+PER_WRITER_POSTGRES = 50
 
 
 def read_all(client: Any, stream_id: str) -> list[pb.Record]:
@@ -38,22 +42,23 @@ def read_all(client: Any, stream_id: str) -> list[pb.Record]:
 
 def writers_stream(server: ServerProcess, channel: grpc.Channel) -> tuple[Any, str, list[Any]]:
     """A stream with WRITERS agents attached (seqs 1..WRITERS), and a client per agent."""
-    admin = recall_client(channel, make_key(server.data_dir, "acme"))
+    admin = recall_client(channel, make_key(server, "acme"))
     stream = admin.CreateStream(pb.CreateStreamRequest(kind=pb.STREAM_KIND_CONVERSATION)).stream
     clients = []
     for i in range(WRITERS):
         admin.Attach(
             pb.AttachRequest(stream_id=stream.id, agent_id=f"w{i}", role=pb.PARTICIPANT_ROLE_WRITER)
         )
-        key = make_key(server.data_dir, "acme", Role.AGENT, f"w{i}")
+        key = make_key(server, "acme", Role.AGENT, f"w{i}")
         clients.append(recall_client(channel, key))
     return admin, stream.id, clients
 
 
 def test_eight_concurrent_writers_get_gap_free_seqs_and_a_valid_chain(
-    server_factory: Callable[..., ServerProcess],
+    server_factory: Callable[..., ServerProcess], recall_backend: list[str]
 ) -> None:
-    server = server_factory("recall_service")
+    server = server_factory("recall_service", *recall_backend)
+    per_writer = PER_WRITER_POSTGRES if recall_backend else PER_WRITER
     with grpc.insecure_channel(server.address) as channel:
         admin, stream_id, clients = writers_stream(server, channel)
 
@@ -68,21 +73,21 @@ def test_eight_concurrent_writers_get_gap_free_seqs_and_a_valid_chain(
                     )
                     .record.seq
                 )
-                for j in range(PER_WRITER)
+                for j in range(per_writer)
             ]
 
         with ThreadPoolExecutor(WRITERS) as pool:
             acknowledged = list(pool.map(write_all, range(WRITERS)))
 
         records = read_all(admin, stream_id)
-        total = WRITERS + WRITERS * PER_WRITER
+        total = WRITERS + WRITERS * per_writer
         assert [r.seq for r in records] == list(range(1, total + 1))
         messages = [r for r in records if r.kind == pb.RECORD_KIND_MESSAGE]
         assert [r.seq for r in messages] == list(range(WRITERS + 1, total + 1))
         assert sorted(seq for seqs in acknowledged for seq in seqs) == [r.seq for r in messages]
         for i in range(WRITERS):
             mine = [r for r in messages if r.source_agent_id == f"w{i}"]
-            assert [r.content for r in mine] == [f"{i}:{j}" for j in range(PER_WRITER)]
+            assert [r.content for r in mine] == [f"{i}:{j}" for j in range(per_writer)]
             assert [r.seq for r in mine] == acknowledged[i]
         stream = admin.GetStream(pb.GetStreamRequest(stream_id=stream_id)).stream
         assert verify.verify_records(records, stream.genesis) == stream.chain_head
@@ -91,9 +96,9 @@ def test_eight_concurrent_writers_get_gap_free_seqs_and_a_valid_chain(
 
 
 def test_acknowledged_writes_survive_sigkill_mid_stream(
-    server_factory: Callable[..., ServerProcess],
+    server_factory: Callable[..., ServerProcess], recall_backend: list[str]
 ) -> None:
-    server = server_factory("recall_service")
+    server = server_factory("recall_service", *recall_backend)
     acknowledged: dict[int, str] = {}
     checkpoints: list[pb.Checkpoint] = []
     unexpected: list[grpc.RpcError] = []
@@ -140,7 +145,7 @@ def test_acknowledged_writes_survive_sigkill_mid_stream(
 
     server.start()
     with grpc.insecure_channel(server.address) as channel:
-        admin = recall_client(channel, make_key(server.data_dir, "acme"))
+        admin = recall_client(channel, make_key(server, "acme"))
         records = read_all(admin, stream_id)
         by_seq = {r.seq: r.content for r in records}
         assert [r.seq for r in records] == list(range(1, len(records) + 1))
@@ -161,6 +166,6 @@ def test_acknowledged_writes_survive_sigkill_mid_stream(
 
 
 def clients_after(server: ServerProcess, channel: grpc.Channel, stream_id: str) -> int:
-    client = recall_client(channel, make_key(server.data_dir, "acme", Role.AGENT, "w0"))
+    client = recall_client(channel, make_key(server, "acme", Role.AGENT, "w0"))
     reply = client.Write(pb.WriteRequest(stream_id=stream_id, entry=pb.WriteEntry(content="back")))
     return int(reply.record.seq)

@@ -16,14 +16,15 @@ from tests.servers import ServerProcess, free_port, make_key
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[grpc.Channel, dict[str, str]]]:
+def env(
+    tmp_path_factory: pytest.TempPathFactory, recall_backend: list[str]
+) -> Iterator[tuple[grpc.Channel, dict[str, str]]]:
     data_dir = tmp_path_factory.mktemp("letta-shared")
-    server = ServerProcess("recall_service", data_dir, free_port(), [], {}).start()
+    server = ServerProcess("recall_service", data_dir, free_port(), recall_backend, {}).start()
     keys = {
-        name: make_key(data_dir, "acme", Role.AGENT, name)
-        for name in ("planner", "coder", "critic")
+        name: make_key(server, "acme", Role.AGENT, name) for name in ("planner", "coder", "critic")
     }
-    keys["admin"] = make_key(data_dir, "acme", Role.ADMIN)
+    keys["admin"] = make_key(server, "acme", Role.ADMIN)
     with grpc.insecure_channel(server.address) as channel:
         yield channel, keys
     server.kill()

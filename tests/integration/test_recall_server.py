@@ -9,10 +9,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import grpc
+import httpx
 import pytest
 from google.protobuf import timestamp_pb2
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
+from prometheus_client.parser import text_string_to_metric_families
 
 from cairn import verify
 from cairn.v1 import common_pb2
@@ -24,9 +26,11 @@ from tests.servers import ServerProcess, free_port, make_key
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(
+    tmp_path_factory: pytest.TempPathFactory, recall_backend: list[str]
+) -> Iterator[ServerProcess]:
     data_dir = tmp_path_factory.mktemp("recall")
-    proc = ServerProcess("recall_service", data_dir, free_port(), [], {}).start()
+    proc = ServerProcess("recall_service", data_dir, free_port(), recall_backend, {}).start()
     yield proc
     proc.kill()
 
@@ -39,13 +43,13 @@ def channel(server: ServerProcess) -> Iterator[grpc.Channel]:
 
 @pytest.fixture(scope="module")
 def admin(server: ServerProcess, channel: grpc.Channel) -> Any:
-    return recall_client(channel, make_key(server.data_dir, "acme"))
+    return recall_client(channel, make_key(server, "acme"))
 
 
 @pytest.fixture(scope="module")
 def agents(server: ServerProcess, channel: grpc.Channel) -> dict[str, Any]:
     return {
-        name: recall_client(channel, make_key(server.data_dir, "acme", Role.AGENT, name))
+        name: recall_client(channel, make_key(server, "acme", Role.AGENT, name))
         for name in ("alice", "bob", "carol")
     }
 
@@ -599,11 +603,13 @@ def test_forged_trusted_checkpoint_is_refused(admin: Any) -> None:
 def test_signing_key_is_created_once_private_and_survives_restarts(
     server_factory: Any, tmp_path: Any
 ) -> None:
+    # The key is a file in the data directory whichever store holds the log (a fleet's
+    # replicas share it: test_recall_replicas.py).
     data_dir = tmp_path / "data"
     first = server_factory("recall_service", data_dir=data_dir)
     path = data_dir / KEY_FILE
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-    key = make_key(data_dir, "acme")
+    key = make_key(first, "acme")
     with grpc.insecure_channel(first.address) as ch:
         before = recall_client(ch, key).GetPublicKey(pb.GetPublicKeyRequest())
     first.restart()
@@ -617,3 +623,49 @@ def verify_key_id(public_key: bytes) -> str:
     import hashlib
 
     return hashlib.sha256(public_key).hexdigest()[:16]
+
+
+# --- metrics --------------------------------------------------------------------------------
+
+
+def scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Samples of the /metrics page, keyed by name and label set."""
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_metrics_count_durable_appends_by_kind_and_rpcs_by_code(
+    server_factory: Any, recall_backend: list[str]
+) -> None:
+    port = free_port()
+    proc = server_factory("recall_service", *recall_backend, "--metrics-port", str(port))
+    with grpc.insecure_channel(proc.address) as ch:
+        admin = recall_client(ch, make_key(proc, "acme"))
+        stream = conversation(admin, "bob")  # two ATTACH records
+        entries = [pb.WriteEntry(content=c, source_agent_id="bob") for c in ("a", "b")]
+        admin.WriteBatch(pb.WriteBatchRequest(stream_id=stream.id, entries=entries))
+        keyed = pb.WriteEntry(content="c", source_agent_id="bob", idempotency_key="k")
+        for _ in range(2):  # the retry appends nothing
+            admin.Write(pb.WriteRequest(stream_id=stream.id, entry=keyed))
+        bad = pb.WriteEntry(content="", source_agent_id="bob")
+        rpc_error(admin.Write, pb.WriteRequest(stream_id=stream.id, entry=bad))
+        admin.Redact(pb.RedactRequest(stream_id=stream.id, seq=3, reason="no"))
+        admin.Detach(pb.DetachRequest(stream_id=stream.id, agent_id="bob"))
+    samples = scrape(port)
+    appended = {
+        dict(labels)["kind"]: value
+        for (name, labels), value in samples.items()
+        if name == "cairn_log_appends_total"
+    }
+    assert appended == {"attach": 2, "message": 3, "redaction": 1, "detach": 1}
+
+    def requests(method: str, code: str) -> float:
+        labels = frozenset({("service", "recall"), ("method", method), ("code", code)})
+        return samples["cairn_rpc_requests_total", labels]
+
+    assert (requests("Write", "OK"), requests("Write", "INVALID_ARGUMENT")) == (2, 1)
+    assert (requests("WriteBatch", "OK"), requests("Redact", "OK")) == (1, 1)

@@ -1,5 +1,7 @@
 """Domain behaviours of the recall service, without gRPC: limits, normal forms, time, replay,
-group commit and appends from many threads."""
+group commit, appends from many threads and from two stores on one database, concurrent
+creates and retries, verification while others append, and what is reported once durable.
+Every store-backed test runs on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -8,21 +10,22 @@ import asyncio
 import os
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
 from cairn_server.auth import Principal, Role
-from cairn_server.errors import InvalidArgument
+from cairn_server.errors import AlreadyExists, InvalidArgument
 from cairn_server.runner import Runner
-from recall_service import participants, reads, streams, writes
+from recall_service import participants, reads, redaction, streams, writes
 from recall_service.core import Deps
 from recall_service.models import Appended, Record, RecordKind, StreamKind
 from recall_service.models import Role as ParticipantRole
 from recall_service.server import RECALL_ENV, add_flags, settings_from_args
 from recall_service.signing import KEY_FILE, load_or_create
-from recall_service.store.base import RecordQuery
+from recall_service.store.base import LogStore, RecordQuery
+from recall_service.store.postgres import PostgresRecallStore
 from recall_service.store.sqlite import SqliteLogStore
 from recall_service.verification import verify_stream
 
@@ -30,11 +33,41 @@ ADMIN = Principal("acme", "root", Role.ADMIN)
 ALICE = Principal("acme", "alice", Role.AGENT)
 
 
+Opener = Callable[..., LogStore]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Opener]:
+    """Opens stores on one database (each call a new store, as another process would)."""
+    opened: list[LogStore] = []
+
+    def open_one(on_append: Callable[[Sequence[Record]], None] | None = None) -> LogStore:
+        store: LogStore
+        if request.param == "sqlite":
+            store = SqliteLogStore(tmp_path, on_append=on_append)
+        else:
+            url = request.getfixturevalue("postgres_url")
+            schema = request.getfixturevalue("postgres_schema")
+            store = PostgresRecallStore(url, schema, pool_size=8, on_append=on_append)
+        opened.append(store)
+        return store
+
+    yield open_one
+    for store in opened:
+        store.close()
+
+
 @pytest.fixture
-def deps(tmp_path: Path) -> Iterator[Deps]:
-    store = SqliteLogStore(tmp_path)
-    yield Deps(store=store, signer=load_or_create(tmp_path))
-    store.close()
+def deps(open_store: Opener, tmp_path: Path) -> Deps:
+    return Deps(store=open_store(), signer=load_or_create(tmp_path))
+
+
+def runner_for(store: LogStore) -> Runner:
+    """The runner the server would use with this store."""
+    if isinstance(store, PostgresRecallStore):
+        return Runner(inline_reads=False, write_threads=8, retry_on=store.retryable)
+    assert isinstance(store, SqliteLogStore)
+    return Runner(inline_reads=True, batch=store.group)
 
 
 def conversation(deps: Deps) -> str:
@@ -66,6 +99,35 @@ def test_max_content_bytes_comes_from_the_flag_or_the_environment(
     assert settings_from_args(parser.parse_args([])).max_content_bytes == 1000
     flagged = parser.parse_args(["--max-content-bytes", "2000"])
     assert settings_from_args(flagged).max_content_bytes == 2000
+
+
+def test_store_and_metrics_settings_come_from_the_flags_or_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    parser = argparse.ArgumentParser()
+    add_flags(parser)
+    defaults = settings_from_args(parser.parse_args([]))
+    assert (defaults.database_url, defaults.database_schema, defaults.metrics_port) == (
+        "",
+        "public",
+        9052,
+    )
+    monkeypatch.setenv("CAIRN_DATABASE_URL", "postgresql://db/cairn")
+    monkeypatch.setenv("CAIRN_DATABASE_SCHEMA", "fleet")
+    monkeypatch.setenv("CAIRN_RECALL_METRICS_PORT", "9100")
+    from_env = settings_from_args(parser.parse_args([]))
+    assert (from_env.database_url, from_env.database_schema, from_env.metrics_port) == (
+        "postgresql://db/cairn",
+        "fleet",
+        9100,
+    )
+    flags = ["--database-url", "postgresql://other/x", "--database-schema", "s2"]
+    flagged = settings_from_args(parser.parse_args([*flags, "--metrics-port", "0"]))
+    assert (flagged.database_url, flagged.database_schema, flagged.metrics_port) == (
+        "postgresql://other/x",
+        "s2",
+        0,
+    )
 
 
 def test_metadata_is_stored_in_canonical_form_and_tags_lose_duplicates(deps: Deps) -> None:
@@ -122,9 +184,9 @@ def test_signing_key_is_private_and_loaded_not_replaced(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == [KEY_FILE]
 
 
-def test_group_commit_rolls_back_only_the_unit_that_failed(deps: Deps) -> None:
+def test_concurrent_writes_roll_back_only_the_unit_that_failed(deps: Deps) -> None:
     stream_id = conversation(deps)
-    runner = Runner(inline_reads=True, batch=deps.store.group)
+    runner = runner_for(deps.store)
 
     async def burst() -> list[object]:
         calls = [
@@ -138,10 +200,13 @@ def test_group_commit_rolls_back_only_the_unit_that_failed(deps: Deps) -> None:
     finally:
         runner.close()
     assert isinstance(outcomes[1], InvalidArgument)
-    seqs = [o.records[0].seq for o in outcomes if isinstance(o, Appended)]
-    assert seqs == [2, 3, 4]
+    # SQLite runs the group in queue order; PostgreSQL's threads race for the stream's lock.
+    acknowledged = {
+        o.records[0].content: o.records[0].seq for o in outcomes if isinstance(o, Appended)
+    }
+    assert sorted(acknowledged.values()) == [2, 3, 4]
     rows, _ = reads.read(deps, ALICE, stream_id, RecordQuery(), page_size=10, page_token="")
-    assert [r.content for r in rows] == ["one", "two", "three"]
+    assert {r.content: r.seq for r in rows} == acknowledged
     assert verify_stream(deps, ALICE, stream_id, None).ok is True
 
 
@@ -170,3 +235,164 @@ def test_appends_from_many_threads_are_serialized_without_gaps(deps: Deps) -> No
         )
         assert [r.seq for r in rows] == list(range(1, 202))
         assert verify_stream(deps, ALICE, target, None).ok is True
+
+
+def run_together(*jobs: Callable[[], object]) -> list[object]:
+    """Runs the jobs on threads started together; their results, or the errors they raised."""
+    barrier = threading.Barrier(len(jobs))
+    outcomes: list[object] = [None] * len(jobs)
+
+    def run(i: int) -> None:
+        barrier.wait()
+        try:
+            outcomes[i] = jobs[i]()
+        except BaseException as error:  # returned to the test
+            outcomes[i] = error
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(jobs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return outcomes
+
+
+def test_appends_through_two_stores_on_one_database_form_one_verifiable_log(
+    open_store: Opener, tmp_path: Path
+) -> None:
+    # Two stores stand for two replicas: nothing is shared between them but the database.
+    signer = load_or_create(tmp_path)
+    one, two = Deps(store=open_store(), signer=signer), Deps(store=open_store(), signer=signer)
+    stream_id = conversation(one)
+    participants.attach(one, ALICE, stream_id, "bob", ParticipantRole.WRITER)
+    secret = write(two, stream_id, writes.Entry("the code is 8471")).seq
+
+    def writer(deps: Deps, i: int) -> list[int]:
+        return [write(deps, stream_id, writes.Entry(f"{i}:{j}")).seq for j in range(40)]
+
+    def manager() -> list[int]:
+        # Attach, redact and detach on the other store while the writers append.
+        seqs = [participants.attach(two, ADMIN, stream_id, "carol", ParticipantRole.READER)[1]]
+        seqs.append(redaction.redact(one, ALICE, stream_id, secret, "by mistake")[0])
+        seqs.append(participants.detach(two, ADMIN, stream_id, "carol")[0])
+        return [r.seq for r in seqs if r is not None]
+
+    outcomes = run_together(*(lambda i=i: writer((one, two)[i % 2], i) for i in range(4)), manager)
+    seqs = [o for o in outcomes if isinstance(o, list)]
+    assert len(seqs) == 5, outcomes
+    size = 3 + 4 * 40 + 3
+    for deps in (one, two):
+        rows, _ = reads.read(
+            deps, ALICE, stream_id, RecordQuery(include_events=True), page_size=1000, page_token=""
+        )
+        assert [r.seq for r in rows] == list(range(1, size + 1))
+        for i in range(4):
+            mine = [r for r in rows if (r.content or "").startswith(f"{i}:")]
+            assert [r.content for r in mine] == [f"{i}:{j}" for j in range(40)]
+            assert [r.seq for r in mine] == seqs[i]
+        kinds = [r.kind for r in rows if r.seq in seqs[4]]
+        assert kinds == [RecordKind.ATTACH, RecordKind.REDACTION, RecordKind.DETACH]
+        erased = rows[secret - 1]
+        assert (erased.content, erased.salt, erased.redacted_by) == (None, None, seqs[4][1])
+        verdict = verify_stream(deps, ALICE, stream_id, None)
+        assert (verdict.ok, verdict.size, verdict.reason) == (True, size, "")
+
+
+def test_concurrent_creates_of_one_stream_id_make_one_stream(
+    open_store: Opener, tmp_path: Path
+) -> None:
+    signer = load_or_create(tmp_path)
+    stores = [Deps(store=open_store(), signer=signer) for _ in range(2)]
+
+    def create(deps: Deps) -> str:
+        return streams.create_stream(deps, ALICE, "shared", StreamKind.CONVERSATION, "")[0].id
+
+    outcomes = run_together(*(lambda i=i: create(stores[i % 2]) for i in range(4)))
+    assert outcomes.count("shared") == 1
+    refusals = [o for o in outcomes if isinstance(o, AlreadyExists)]
+    assert [e.message for e in refusals] == ["stream 'shared' already exists"] * 3
+    listed = streams.list_streams(stores[1], ADMIN, page_size=10, page_token="", kind=None)
+    assert [s.id for s in listed[0]] == ["shared"]
+    assert verify_stream(stores[0], ALICE, "shared", None).size == 1
+
+
+def test_concurrent_retries_with_one_idempotency_key_write_one_record(
+    open_store: Opener, tmp_path: Path
+) -> None:
+    signer = load_or_create(tmp_path)
+    stores = [Deps(store=open_store(), signer=signer) for _ in range(2)]
+    stream_id = conversation(stores[0])
+    entry = writes.Entry("once only", idempotency_key="k-1")
+
+    def retry(deps: Deps) -> Appended:
+        return writes.write(deps, ALICE, stream_id, [entry], batch=False)
+
+    outcomes = run_together(*(lambda i=i: retry(stores[i % 2]) for i in range(6)))
+    appended = [o for o in outcomes if isinstance(o, Appended)]
+    assert len(appended) == 6
+    assert {a.records[0].seq for a in appended} == {2}
+    assert sorted(a.replayed[0] for a in appended) == [False] + [True] * 5
+    assert verify_stream(stores[1], ALICE, stream_id, None).size == 2
+
+
+def test_verification_sees_one_state_while_others_append(deps: Deps) -> None:
+    stream_id = conversation(deps)
+    done = threading.Event()
+
+    def keep_writing() -> int:
+        n = 0
+        while not done.is_set():
+            write(deps, stream_id, writes.Entry(f"m{n}"))
+            n += 1
+        return n
+
+    def keep_verifying() -> list[tuple[bool, str]]:
+        try:
+            return [
+                (v.ok, v.reason)
+                for v in (verify_stream(deps, ALICE, stream_id, None) for _ in range(40))
+            ]
+        finally:
+            done.set()
+
+    written, verdicts = run_together(keep_writing, keep_verifying)
+    assert isinstance(written, int) and written > 0, written
+    assert verdicts == [(True, "")] * 40
+
+
+def test_only_durable_appends_are_reported_by_kind(open_store: Opener, tmp_path: Path) -> None:
+    reported: list[list[RecordKind]] = []
+    store = open_store(lambda records: reported.append([r.kind for r in records]))
+    deps = Deps(store=store, signer=load_or_create(tmp_path))
+    stream_id = conversation(deps)
+    participants.attach(deps, ALICE, stream_id, "bob", ParticipantRole.WRITER)
+    writes.write(deps, ALICE, stream_id, [writes.Entry("a"), writes.Entry("b")], batch=True)
+    with pytest.raises(InvalidArgument):
+        writes.write(deps, ALICE, stream_id, [writes.Entry("c"), writes.Entry("")], batch=True)
+    redaction.redact(deps, ALICE, stream_id, 3, "no")
+    participants.detach(deps, ALICE, stream_id, "bob")
+    writes.write(deps, ALICE, stream_id, [writes.Entry("a", idempotency_key="k")], batch=False)
+    writes.write(deps, ALICE, stream_id, [writes.Entry("a", idempotency_key="k")], batch=False)
+    m, a, d, r = RecordKind.MESSAGE, RecordKind.ATTACH, RecordKind.DETACH, RecordKind.REDACTION
+    assert reported == [[a], [a], [m, m], [r], [d], [m]]
+
+
+def test_a_group_reports_its_appends_only_after_it_commits(tmp_path: Path) -> None:
+    reported: list[int] = []
+    store = SqliteLogStore(
+        tmp_path, on_append=lambda records: reported.extend(r.seq for r in records)
+    )
+    deps = Deps(store=store, signer=load_or_create(tmp_path))
+    try:
+        stream_id = conversation(deps)
+        with store.group():
+            write(deps, stream_id, writes.Entry("one"))
+            write(deps, stream_id, writes.Entry("two"))
+            assert reported == [1]
+        assert reported == [1, 2, 3]
+        with pytest.raises(RuntimeError), store.group():
+            write(deps, stream_id, writes.Entry("three"))
+            raise RuntimeError("the group fails before its commit")
+        assert reported == [1, 2, 3]
+    finally:
+        store.close()

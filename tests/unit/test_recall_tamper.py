@@ -1,8 +1,9 @@
-"""Tampering with the SQLite file directly is caught and located.
+"""Tampering with the stored log directly is caught and located, on SQLite and PostgreSQL.
 
 Each test writes a stream of ten records (seq 1 attaches the owner, 2-10 are messages), keeps
-the checkpoint a client would have kept, closes the store, edits `recall.sqlite3` with plain
-SQL the way an attacker with the file would, reopens it and verifies.
+the checkpoint a client would have kept, closes the store, edits the tables with plain SQL
+the way an attacker with the database would (`recall.sqlite3` through sqlite3; the schema
+through psycopg), reopens it and verifies.
 """
 
 from __future__ import annotations
@@ -11,40 +12,98 @@ import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
 
 from cairn import verify
 from cairn_server.auth import Principal, Role
+from cairn_server.sqldb import to_psycopg
 from recall_service import merkle, redaction, streams, writes
 from recall_service.canonical import canonical_of, chain_next, content_hash, leaf_hash, seal
 from recall_service.convert import checkpoint_to_pb, record_to_pb
 from recall_service.core import Deps
 from recall_service.models import Checkpoint, Draft, Record, RecordKind, StreamKind
 from recall_service.signing import load_or_create
+from recall_service.store.base import LogStore
+from recall_service.store.postgres import PostgresRecallStore
 from recall_service.store.sqlite import LOG_FILE, SqliteLogStore
 from recall_service.verification import Verdict, verify_stream
 
 ALICE = Principal("acme", "alice", Role.AGENT)
+Statement = tuple[str, tuple[object, ...]]
 
 
 @dataclass
 class Log:
-    """A closed log on disk, and what a client kept of it."""
+    """A closed log in its database, and what a client kept of it."""
 
     data_dir: Path
     stream_id: str
     kept: Checkpoint
+    postgres: tuple[str, str] | None = None  # (url, schema), or SQLite in data_dir
 
-    def sql(self, *statements: tuple[str, tuple[object, ...]]) -> None:
-        conn = sqlite3.connect(self.data_dir / LOG_FILE)
-        with conn:
+    def open(self) -> LogStore:
+        if self.postgres is None:
+            return SqliteLogStore(self.data_dir)
+        url, schema = self.postgres
+        return PostgresRecallStore(url, schema, pool_size=2)
+
+    def sql(self, *statements: Statement) -> None:
+        """Runs statements (`?` placeholders) in one transaction, beside the service."""
+        if self.postgres is None:
+            conn = sqlite3.connect(self.data_dir / LOG_FILE)
+            with conn:
+                for statement, params in statements:
+                    conn.execute(statement, params)
+            conn.close()
+            return
+        url, schema = self.postgres
+        with psycopg.connect(url, options=f"-c search_path={schema}") as pg, pg.transaction():
             for statement, params in statements:
-                conn.execute(statement, params)
-        conn.close()
+                pg.execute(to_psycopg(statement), params or None)
+
+    def query(self, statement: str, params: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
+        """The rows of one query."""
+        if self.postgres is None:
+            conn = sqlite3.connect(self.data_dir / LOG_FILE)
+            rows = conn.execute(statement, params).fetchall()
+            conn.close()
+            return rows
+        url, schema = self.postgres
+        with psycopg.connect(url, options=f"-c search_path={schema}") as pg:
+            return pg.execute(to_psycopg(statement), params or None).fetchall()
+
+    def files_holding(self, text: bytes) -> list[str]:
+        """The store's files whose bytes contain `text` (PostgreSQL: the pages of the
+        records table and its TOAST table, read raw through pageinspect, free space and
+        dead row versions included)."""
+        if self.postgres is None:
+            return [
+                path.name
+                for path in sorted(self.data_dir.iterdir())
+                if path.name.startswith(LOG_FILE) and text in path.read_bytes()
+            ]
+        url, schema = self.postgres
+        with psycopg.connect(url, autocommit=True, options=f"-c search_path={schema}") as pg:
+            # Dropped with the test's schema (unless another schema holds it already).
+            pg.execute(f'CREATE EXTENSION IF NOT EXISTS pageinspect SCHEMA "{schema}"'.encode())
+            ((home,),) = pg.execute(
+                "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n"
+                " ON n.oid = e.extnamespace WHERE e.extname = 'pageinspect'"
+            ).fetchall()
+            rows = pg.execute(
+                f'SELECT c.oid::regclass::text, "{home}".get_raw_page(c.oid::regclass::text, n)'
+                " FROM pg_class c, generate_series(0, (pg_relation_size(c.oid)"
+                " / current_setting('block_size')::int)::int - 1) AS n"
+                " WHERE c.oid = 'records'::regclass OR c.oid = (SELECT reltoastrelid"
+                " FROM pg_class WHERE oid = 'records'::regclass)".encode()
+            ).fetchall()
+        return sorted({name for name, page in rows if text in page})
 
     def verify(self, trusted: Checkpoint | None = None) -> Verdict:
-        store = SqliteLogStore(self.data_dir)
+        store = self.open()
         try:
             deps = Deps(store=store, signer=load_or_create(self.data_dir))
             return verify_stream(deps, ALICE, self.stream_id, trusted)
@@ -52,7 +111,7 @@ class Log:
             store.close()
 
     def records(self) -> list[Record]:
-        store = SqliteLogStore(self.data_dir)
+        store = self.open()
         try:
             stream = store.reader().get_stream("acme", self.stream_id)
             assert stream is not None
@@ -61,9 +120,16 @@ class Log:
             store.close()
 
 
-@pytest.fixture
-def log(tmp_path: Path) -> Iterator[Log]:
-    store = SqliteLogStore(tmp_path)
+@pytest.fixture(params=["sqlite", "postgres"])
+def log(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Log]:
+    postgres = None
+    if request.param == "postgres":
+        postgres = (
+            request.getfixturevalue("postgres_url"),
+            request.getfixturevalue("postgres_schema"),
+        )
+    empty = Log(tmp_path, "", Checkpoint("", "", 0, b"", b"", 0, "", b""), postgres)
+    store = empty.open()
     deps = Deps(store=store, signer=load_or_create(tmp_path))
     stream, _, _ = streams.create_stream(deps, ALICE, "talk", StreamKind.CONVERSATION, "")
     kept = None
@@ -78,13 +144,11 @@ def log(tmp_path: Path) -> Iterator[Log]:
         kept = result.checkpoint
     store.close()
     assert kept is not None and kept.size == 10
-    yield Log(tmp_path, stream.id, kept)
+    yield replace(empty, stream_id=stream.id, kept=kept)
 
 
 def key(log: Log) -> int:
-    conn = sqlite3.connect(log.data_dir / LOG_FILE)
-    (rowkey,) = conn.execute("SELECT rowkey FROM streams WHERE id = ?", (log.stream_id,)).fetchone()
-    conn.close()
+    ((rowkey,),) = log.query("SELECT rowkey FROM streams WHERE id = ?", (log.stream_id,))
     return int(rowkey)
 
 
@@ -206,14 +270,14 @@ def test_erased_content_without_a_redaction_is_caught(log: Log) -> None:
 
 
 def test_tampered_merkle_node_is_caught_at_the_records_it_covers(log: Log) -> None:
-    log.sql(("UPDATE merkle_nodes SET hash = zeroblob(32) WHERE level = 1 AND idx = 2", ()))
+    log.sql(("UPDATE merkle_nodes SET hash = ? WHERE level = 1 AND idx = 2", (bytes(32),)))
     verdict = log.verify()
     assert (verdict.ok, verdict.first_bad_seq) == (False, 5)
     assert verdict.reason == "the Merkle node over records 5-6 does not match them"
 
 
 def test_tampered_frontier_is_caught(log: Log) -> None:
-    log.sql(("UPDATE streams SET frontier = zeroblob(64)", ()))
+    log.sql(("UPDATE streams SET frontier = ?", (bytes(64),)))
     verdict = log.verify()
     assert (verdict.ok, verdict.first_bad_seq) == (False, 10)
     assert verdict.reason == (
@@ -234,11 +298,9 @@ def truncate_to(log: Log, size: int) -> None:
     """What a careful attacker does: drop the tail and everything derived from it, and
     point the stream back at its state at `size`."""
     stream = key(log)
-    conn = sqlite3.connect(log.data_dir / LOG_FILE)
-    root, head = conn.execute(
+    ((root, head),) = log.query(
         "SELECT root, head FROM checkpoints WHERE stream = ? AND size = ?", (stream, size)
-    ).fetchone()
-    conn.close()
+    )
     peaks, _, _ = merkle.append([], 0, [r.leaf_hash for r in log.records()[:size]])
     log.sql(
         ("DELETE FROM records WHERE stream = ? AND seq > ?", (stream, size)),
@@ -278,11 +340,7 @@ def test_truncated_tail_is_caught_against_a_checkpoint_the_client_kept(log: Log)
 
 
 def log_genesis(log: Log) -> bytes:
-    conn = sqlite3.connect(log.data_dir / LOG_FILE)
-    (genesis,) = conn.execute(
-        "SELECT genesis FROM streams WHERE id = ?", (log.stream_id,)
-    ).fetchone()
-    conn.close()
+    ((genesis,),) = log.query("SELECT genesis FROM streams WHERE id = ?", (log.stream_id,))
     return bytes(genesis)
 
 
@@ -306,7 +364,7 @@ def recompute_from(log: Log, seq: int, content: str) -> None:
         previous = changed.chain_hash
         rewritten.append(changed)
     nodes = merkle.all_nodes([r.leaf_hash for r in rewritten])
-    statements: list[tuple[str, tuple[object, ...]]] = [
+    statements: list[Statement] = [
         (
             "UPDATE records SET content = ?, content_hash = ?, leaf_hash = ?, chain_hash = ?"
             " WHERE stream = ? AND seq = ?",
@@ -346,12 +404,10 @@ def rewrite_checkpoints(log: Log, delete: bool) -> None:
     """Makes the stored checkpoints agree with the rewritten records: rows are easy to
     change, signatures are not."""
     stream = key(log)
-    conn = sqlite3.connect(log.data_dir / LOG_FILE)
-    heads = dict(conn.execute("SELECT seq, chain_hash FROM records WHERE stream = ?", (stream,)))
-    conn.close()
+    heads = dict(log.query("SELECT seq, chain_hash FROM records WHERE stream = ?", (stream,)))
     records = log.records()
     nodes = merkle.all_nodes([r.leaf_hash for r in records])
-    statements: list[tuple[str, tuple[object, ...]]] = []
+    statements: list[Statement] = []
     for size in range(5, 11):
         if delete:
             statements.append(
@@ -407,16 +463,17 @@ def test_recomputed_chain_is_caught_by_a_client_holding_a_checkpoint(log: Log) -
 
 
 def test_redacted_record_still_verifies_and_its_content_is_gone_from_disk(log: Log) -> None:
-    store = SqliteLogStore(log.data_dir)
+    store = log.open()
     deps = Deps(store=store, signer=load_or_create(log.data_dir))
     owner = Principal("acme", "alice", Role.AGENT)
     writes.write(deps, owner, log.stream_id, [writes.Entry("my secret is 8471")], batch=False)
+    assert log.files_holding(b"my secret is 8471") != []  # the check sees what is there
     record, _ = redaction.redact(deps, owner, log.stream_id, 11, "shared by mistake")
     store.close()
     assert (record.seq, record.target_seq, record.content) == (12, 11, "shared by mistake")
     erased = log.records()[10]
     assert (erased.content, erased.salt, len(erased.content_hash)) == (None, None, 32)
     assert log.verify(log.kept).ok is True
-    for path in log.data_dir.iterdir():
-        if path.name.startswith(LOG_FILE):
-            assert b"my secret is 8471" not in path.read_bytes(), path.name
+    # SQLite: the database file and its WAL. PostgreSQL: the records table's pages (and its
+    # TOAST table); its WAL keeps the text until the segment is recycled (docs).
+    assert log.files_holding(b"my secret is 8471") == []

@@ -1,15 +1,15 @@
-"""Queries of the embedded log store, on one connection."""
+"""Queries of the log stores, written once for SQLite and PostgreSQL (`cairn_server.sqldb`)."""
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from cairn_server.sqldb import Db
 from recall_service.merkle import Coord
 from recall_service.models import Checkpoint, Participant, Record, Stream, StreamKind
 from recall_service.store.base import RecordQuery
-from recall_service.store.sqlite_rows import (
+from recall_service.store.sql_rows import (
     CHECKPOINT_COLUMNS,
     RECORD_COLUMNS,
     REDACTED_BY,
@@ -21,11 +21,17 @@ from recall_service.store.sqlite_rows import (
 )
 
 
-class SqliteLogReader:
-    """Queries over one connection."""
+class SqlLogReader:
+    """Queries over one `Db`.
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self._c = conn
+    `time_index` is what the overlap query's self-join names after `JOIN records a`: SQLite
+    is told to use the time index (`INDEXED BY records_by_time`), which its planner would
+    otherwise pass over for the primary key; PostgreSQL's planner needs no hint.
+    """
+
+    def __init__(self, db: Db, *, time_index: str = "") -> None:
+        self._c = db
+        self._time_index = time_index
 
     def get_stream(self, tenant: str, stream_id: str) -> Stream | None:
         """The stream, or None (also for another tenant's)."""
@@ -162,7 +168,7 @@ class SqliteLogReader:
         a_columns = RECORD_COLUMNS.replace("r.", "a.")
         rows = self._c.execute(
             f"SELECT {RECORD_COLUMNS}, {a_columns} FROM records r"
-            " JOIN records a INDEXED BY records_by_time ON a.stream = r.stream"
+            f" JOIN records a{self._time_index} ON a.stream = r.stream"
             " AND a.created_at >= r.created_at - ? AND a.created_at <= r.created_at"
             " AND a.seq < r.seq AND a.kind = 1 AND a.source_agent_id != r.source_agent_id"
             " WHERE r.stream = ? AND r.kind = 1 AND r.seq >= ? AND (r.seq, a.seq) > (?, ?)"

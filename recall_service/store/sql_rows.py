@@ -1,4 +1,5 @@
-"""Rows of the recall log's SQLite tables, and the domain objects they hold."""
+"""Rows of the recall log's tables (SQLite and PostgreSQL alike), and the domain objects they
+hold."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Writes of the embedded log store, inside one transaction on the writer connection."""
+"""Writes of the log stores inside one unit of work, written once for SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -6,20 +6,53 @@ import json
 from collections.abc import Sequence
 from dataclasses import replace
 
+from cairn_server.errors import AlreadyExists
+from cairn_server.sqldb import Db
 from recall_service.merkle import Coord
 from recall_service.models import Checkpoint, Participant, Record, Stream
 from recall_service.store.base import StreamHead
-from recall_service.store.sqlite_reader import SqliteLogReader
+from recall_service.store.sql_reader import SqlLogReader
+from recall_service.store.sql_rows import STREAM_COLUMNS, stream_of
 
 
-class SqliteLogTx(SqliteLogReader):
-    """Writes on the writer connection inside BEGIN IMMEDIATE ... COMMIT."""
+class SqlLogTx(SqlLogReader):
+    """Writes inside one transaction (SQLite: BEGIN IMMEDIATE or a savepoint of a group;
+    PostgreSQL: a READ COMMITTED transaction on one pooled connection).
+
+    `appended` collects the records this unit inserted, for whoever reports them once they
+    are durable.
+    """
+
+    def __init__(self, db: Db, *, time_index: str = "") -> None:
+        super().__init__(db, time_index=time_index)
+        self._lock = db.for_update
+        self.appended: list[Record] = []
+
+    def lock_stream(self, tenant: str, stream_id: str) -> Stream | None:
+        """The stream, read with its append lock held until the transaction ends.
+
+        PostgreSQL locks the row (`FOR UPDATE`): another appender to the stream waits here
+        and, once this transaction commits, reads the row as it committed it; READ COMMITTED
+        gives each later statement a snapshot that includes this transaction's records. On
+        SQLite the writer transaction already holds the whole database.
+        """
+        row = self._c.execute(
+            f"SELECT {STREAM_COLUMNS} FROM streams WHERE tenant = ? AND id = ?{self._lock}",
+            (tenant, stream_id),
+        ).fetchone()
+        return None if row is None else stream_of(row)
 
     def insert_stream(self, stream: Stream) -> Stream:
-        """Stores a new stream; returns it with its key."""
-        cursor = self._c.execute(
+        """Stores a new stream; returns it with its key.
+
+        Raises AlreadyExists when the tenant has a stream of that id, including one created
+        by a concurrent transaction that committed first (PostgreSQL waits for it on the
+        unique index, then inserts nothing).
+        """
+        row = self._c.execute(
             "INSERT INTO streams (tenant, id, kind, created_by, created_at, genesis, size, head,"
-            " root, last_time, frontier) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " root, last_time, frontier) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (tenant, id) DO NOTHING RETURNING rowkey",
             (
                 stream.tenant,
                 stream.id,
@@ -33,10 +66,10 @@ class SqliteLogTx(SqliteLogReader):
                 stream.last_time,
                 b"".join(stream.frontier),
             ),
-        )
-        key = cursor.lastrowid
-        assert key is not None
-        return replace(stream, key=key)
+        ).fetchone()
+        if row is None:
+            raise AlreadyExists(f"stream '{stream.id}' already exists")
+        return replace(stream, key=row[0])
 
     def append(
         self,
@@ -104,6 +137,7 @@ class SqliteLogTx(SqliteLogReader):
             " WHERE rowkey = ?",
             (head.size, head.head, head.root, head.last_time, b"".join(head.frontier), key),
         )
+        self.appended.extend(records)
         return replace(
             stream,
             size=head.size,
@@ -116,8 +150,10 @@ class SqliteLogTx(SqliteLogReader):
     def set_participant(self, stream: Stream, participant: Participant) -> None:
         """Inserts or replaces the agent's participant row."""
         self._c.execute(
-            "INSERT OR REPLACE INTO participants (stream, agent_id, role, attached_seq,"
-            " attached_at, detached_seq) VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO participants (stream, agent_id, role, attached_seq, attached_at,"
+            " detached_seq) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (stream, agent_id) DO UPDATE"
+            " SET role = excluded.role, attached_seq = excluded.attached_seq,"
+            " attached_at = excluded.attached_at, detached_seq = excluded.detached_seq",
             (
                 stream.key,
                 participant.agent_id,
