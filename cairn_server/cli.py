@@ -231,7 +231,7 @@ def cmd_keys_revoke(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command tree."""
-    from cairn_server import cli_client
+    from cairn_server import cli_agents, cli_streams
     from recall_service.server import add_flags as add_recall_flags
     from state_service.server import add_flags as add_state_flags
 
@@ -285,7 +285,8 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--json", action="store_true", help="machine-readable output")
         command.set_defaults(func=func)
 
-    cli_client.add_commands(sub)
+    cli_agents.add_commands(sub)
+    cli_streams.add_commands(sub)
     return parser
 
 
