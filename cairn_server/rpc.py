@@ -78,5 +78,19 @@ class RpcGuard:
                 grpc.StatusCode.INTERNAL, f"internal error (request id {request_id})"
             )
         finally:
+            elapsed = time.perf_counter() - start
             if self.metrics is not None:
-                self.metrics.observe_rpc(method, code, time.perf_counter() - start)
+                self.metrics.observe_rpc(method, code, elapsed)
+            if code == "OK" and log.isEnabledFor(logging.DEBUG):
+                # The access log: who called what, how it ended; never keys or content.
+                log.debug(
+                    "rpc",
+                    extra={
+                        "method": method,
+                        "code": code,
+                        "request_id": _metadata_value(context, "x-request-id")
+                        or uuid.uuid4().hex[:16],
+                        "principal": principal.describe() if principal else None,
+                        "ms": round(elapsed * 1000, 3),
+                    },
+                )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -115,3 +116,37 @@ def test_traces_reach_an_otlp_endpoint_with_rpc_store_and_compile_spans(
     assert "store.write" in collector.names
     assert "store.read" in collector.names
     assert "compile.prompt" in collector.names
+
+
+def test_logs_are_json_with_request_id_and_principal_and_never_keys_or_content(
+    server_factory: Any,
+) -> None:
+    proc = server_factory("state_service", "--log-level", "debug")
+    key = make_key(proc, "acme")
+    secret = "SECRET-CONTENT-4711"
+    with grpc.insecure_channel(proc.address) as channel:
+        client = state_client(channel, key)
+        agent = client.CreateAgent(
+            state_pb2.CreateAgentRequest(name="logged", memory_blocks=[block("human", secret)])
+        ).agent
+        client.CompileContext(
+            state_pb2.CompileContextRequest(agent_id=agent.id),
+            metadata=[("authorization", f"Bearer {key}"), ("x-request-id", "req-42")],
+        )
+        rpc_error(client.GetAgent, state_pb2.GetAgentRequest(agent_id="agent-missing"))
+    assert proc.stop() == 0
+    lines = [json.loads(line) for line in proc.log().splitlines() if line.startswith("{")]
+    calls = [line for line in lines if line["msg"] in ("rpc", "rpc refused")]
+    assert [(c["method"], c["code"]) for c in calls] == [
+        ("CreateAgent", "OK"),
+        ("CompileContext", "OK"),
+        ("GetAgent", "NOT_FOUND"),
+    ]
+    assert calls[1]["request_id"] == "req-42"
+    assert {c["principal"] for c in calls} == {
+        "admin 'key-" + key.split("_")[1] + "' of tenant 'acme'"
+    }
+    text = proc.log()
+    assert secret not in text
+    assert key not in text
+    assert key.split("_")[2] not in text
