@@ -34,10 +34,17 @@ def check_id(field: str, value: str, what: str) -> None:
         )
 
 
+# PostgreSQL text cannot hold U+0000, and a log accepts the same input whichever store
+# holds it, so neither store takes it.
+_NUL = "must not contain NUL characters (U+0000)"
+
+
 def check_content(field: str, content: str, max_bytes: int) -> None:
-    """Content is 1 byte to `max_bytes` bytes of UTF-8."""
+    """Content is 1 byte to `max_bytes` bytes of UTF-8, without U+0000."""
     if not content:
         raise InvalidArgument(field, "must not be empty")
+    if "\x00" in content:
+        raise InvalidArgument(field, _NUL)
     size = len(content.encode("utf-8"))
     if size > max_bytes:
         raise InvalidArgument(
@@ -98,9 +105,11 @@ def check_idempotency_key(field: str, key: str) -> None:
 
 
 def check_reason(field: str, reason: str) -> None:
-    """A redaction reason: at most 4096 bytes."""
+    """A redaction reason: at most 4096 bytes, without U+0000."""
     if len(reason.encode("utf-8")) > MAX_REASON_BYTES:
         raise InvalidArgument(field, f"is over the limit of {MAX_REASON_BYTES} bytes")
+    if "\x00" in reason:
+        raise InvalidArgument(field, _NUL)
 
 
 def check_window(field: str, seconds: float) -> None:

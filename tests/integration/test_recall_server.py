@@ -319,6 +319,11 @@ BAD_ENTRIES = [
         "entry.idempotency_key",
         "must be at most 200 printable characters",
     ),
+    (
+        pb.WriteEntry(content="nul\x00byte"),
+        "entry.content",
+        "must not contain NUL characters (U+0000)",
+    ),
 ]
 
 
@@ -338,6 +343,7 @@ BAD_ENTRIES = [
         "nan",
         "bad-source",
         "long-key",
+        "nul",
     ],
 )
 def test_bad_entry_is_refused_naming_the_field_and_changes_nothing(

@@ -130,6 +130,18 @@ def test_store_and_metrics_settings_come_from_the_flags_or_the_environment(
     )
 
 
+def test_nul_characters_are_refused_by_both_stores_alike(deps: Deps) -> None:
+    stream_id = conversation(deps)
+    with pytest.raises(InvalidArgument) as caught:
+        write(deps, stream_id, writes.Entry("a\x00b"))
+    assert caught.value.message == "entry.content: must not contain NUL characters (U+0000)"
+    seq = write(deps, stream_id, writes.Entry("fine")).seq
+    with pytest.raises(InvalidArgument) as refused:
+        redaction.redact(deps, ALICE, stream_id, seq, "why\x00")
+    assert refused.value.message == "reason: must not contain NUL characters (U+0000)"
+    assert verify_stream(deps, ALICE, stream_id, None).size == 2
+
+
 def test_metadata_is_stored_in_canonical_form_and_tags_lose_duplicates(deps: Deps) -> None:
     stream_id = conversation(deps)
     record = write(
