@@ -66,8 +66,11 @@ class PostgresRecallStore:
 
     @contextmanager
     def transaction(self) -> Iterator[SqlLogTx]:
-        """A READ COMMITTED transaction on one pooled connection."""
-        with self._pool.connection() as conn, conn.transaction():
+        """A READ COMMITTED transaction on one pooled connection, in pipeline mode: the
+        statements whose results nobody reads (the inserts, the head's update) are sent
+        without waiting for each answer, so a stream's lock is held for fewer round trips.
+        An error among them surfaces at the COMMIT, which then rolls everything back."""
+        with self._pool.connection() as conn, conn.pipeline(), conn.transaction():
             tx = SqlLogTx(PostgresDb(conn))
             yield tx
         if tx.appended and self._on_append is not None:

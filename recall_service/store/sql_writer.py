@@ -31,10 +31,10 @@ class SqlLogTx(SqlLogReader):
     def lock_stream(self, tenant: str, stream_id: str) -> Stream | None:
         """The stream, read with its append lock held until the transaction ends.
 
-        PostgreSQL locks the row (`FOR UPDATE`): another appender to the stream waits here
-        and, once this transaction commits, reads the row as it committed it; READ COMMITTED
-        gives each later statement a snapshot that includes this transaction's records. On
-        SQLite the writer transaction already holds the whole database.
+        PostgreSQL locks the row (`FOR UPDATE`): another appender to the stream, in any
+        process, waits here until this transaction ends, then reads the row as this one left
+        it, and READ COMMITTED gives its later statements snapshots that include this one's
+        records. On SQLite the writer transaction already holds the whole database.
         """
         row = self._c.execute(
             f"SELECT {STREAM_COLUMNS} FROM streams WHERE tenant = ? AND id = ?{self._lock}",
