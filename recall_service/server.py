@@ -9,6 +9,8 @@ import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
 
+import psycopg
+from psycopg_pool import PoolTimeout
 from pydantic import Field
 
 from cairn.v1 import recall_pb2, recall_pb2_grpc
@@ -91,15 +93,18 @@ async def serve(settings: RecallSettings) -> None:
     store: LogStore
     keys: KeyStore | None
     if settings.database_url:
-        pg = PostgresRecallStore(
-            settings.database_url, settings.database_schema, on_append=count_appends(metrics)
-        )
+        try:
+            pg = PostgresRecallStore(
+                settings.database_url, settings.database_schema, on_append=count_appends(metrics)
+            )
+            keys = (
+                None
+                if settings.insecure_local
+                else PostgresKeyStore(settings.database_url, settings.database_schema)
+            )
+        except (ValueError, psycopg.Error, PoolTimeout) as error:
+            raise StartupError(f"cannot open the PostgreSQL log store: {error}") from None
         store = pg
-        keys = (
-            None
-            if settings.insecure_local
-            else PostgresKeyStore(settings.database_url, settings.database_schema)
-        )
         # Appends to different streams run in parallel; the database serializes each
         # stream's appends and aborts a unit of work on a conflict, which runs again.
         runner = Runner(inline_reads=False, write_threads=8, retry_on=pg.retryable)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -675,3 +677,39 @@ def test_metrics_count_durable_appends_by_kind_and_rpcs_by_code(
 
     assert (requests("Write", "OK"), requests("Write", "INVALID_ARGUMENT")) == (2, 1)
     assert (requests("WriteBatch", "OK"), requests("Redact", "OK")) == (1, 1)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--database-url", "postgresql://postgres@127.0.0.1:1/none"],
+            'connection failed: connection to server at "127.0.0.1", port 1 failed: '
+            "Connection refused",
+        ),
+        (
+            [
+                "--database-url",
+                "postgresql://postgres@127.0.0.1:1/none",
+                "--database-schema",
+                "A-b",
+            ],
+            "invalid PostgreSQL schema name 'A-b'",
+        ),
+    ],
+    ids=["unreachable", "bad-schema"],
+)
+def test_an_unusable_database_stops_the_server_with_a_message(
+    tmp_path: Any, flags: list[str], message: str
+) -> None:
+    command = [sys.executable, "-m", "recall_service", "--port", "0", "--metrics-port", "0"]
+    done = subprocess.run(
+        [*command, "--data-dir", str(tmp_path), *flags],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    first = done.stderr.splitlines()[0]
+    assert first == f"recall service: cannot open the PostgreSQL log store: {message}"
