@@ -20,6 +20,9 @@ from recall_service.store.sql_rows import (
     stream_of,
 )
 
+# Rows per query when a whole stream is read: memory stays bounded, whichever database.
+PAGE = 10_000
+
 
 class SqlLogReader:
     """Queries over one `Db`.
@@ -217,27 +220,49 @@ class SqlLogReader:
         return None if row is None else checkpoint_of(stream, row)
 
     def iter_records(self, stream: Stream) -> Iterator[Record]:
-        """Every stored record in seq order, exactly as stored."""
-        cursor = self._c.execute(
-            f"SELECT {RECORD_COLUMNS} FROM records r WHERE r.stream = ? ORDER BY r.seq",
-            (stream.key,),
-        )
-        for row in cursor:
-            yield record_of(stream.id, row)
+        """Every stored record in seq order, exactly as stored (fetched a page at a time)."""
+        after: int | None = None
+        while True:
+            bound = "" if after is None else " AND r.seq > ?"
+            rows = self._c.execute(
+                f"SELECT {RECORD_COLUMNS} FROM records r WHERE r.stream = ?{bound}"
+                " ORDER BY r.seq LIMIT ?",
+                (stream.key, *([] if after is None else [after]), PAGE),
+            ).fetchall()
+            for row in rows:
+                yield record_of(stream.id, row)
+            if len(rows) < PAGE:
+                return
+            after = rows[-1][0]
 
     def iter_nodes(self, stream: Stream) -> Iterator[tuple[Coord, bytes]]:
-        """Every stored interior node."""
-        cursor = self._c.execute(
-            "SELECT level, idx, hash FROM merkle_nodes WHERE stream = ?", (stream.key,)
-        )
-        for level, index, digest in cursor:
-            yield (level, index), digest
+        """Every stored interior node (fetched a page at a time)."""
+        after: tuple[int, int] | None = None
+        while True:
+            bound = "" if after is None else " AND (level, idx) > (?, ?)"
+            rows = self._c.execute(
+                f"SELECT level, idx, hash FROM merkle_nodes WHERE stream = ?{bound}"
+                " ORDER BY level, idx LIMIT ?",
+                (stream.key, *(after or ()), PAGE),
+            ).fetchall()
+            for level, index, digest in rows:
+                yield (level, index), digest
+            if len(rows) < PAGE:
+                return
+            after = (rows[-1][0], rows[-1][1])
 
     def iter_checkpoints(self, stream: Stream) -> Iterator[Checkpoint]:
-        """Every stored checkpoint by size."""
-        cursor = self._c.execute(
-            f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE stream = ? ORDER BY size",
-            (stream.key,),
-        )
-        for row in cursor:
-            yield checkpoint_of(stream, row)
+        """Every stored checkpoint by size (fetched a page at a time)."""
+        after: int | None = None
+        while True:
+            bound = "" if after is None else " AND size > ?"
+            rows = self._c.execute(
+                f"SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE stream = ?{bound}"
+                " ORDER BY size LIMIT ?",
+                (stream.key, *([] if after is None else [after]), PAGE),
+            ).fetchall()
+            for row in rows:
+                yield checkpoint_of(stream, row)
+            if len(rows) < PAGE:
+                return
+            after = rows[-1][0]

@@ -18,12 +18,13 @@ import pytest
 from cairn_server.auth import Principal, Role
 from cairn_server.errors import AlreadyExists, InvalidArgument
 from cairn_server.runner import Runner
-from recall_service import participants, reads, redaction, streams, writes
+from recall_service import merkle, participants, reads, redaction, streams, writes
 from recall_service.core import Deps
 from recall_service.models import Appended, Record, RecordKind, StreamKind
 from recall_service.models import Role as ParticipantRole
 from recall_service.server import RECALL_ENV, add_flags, settings_from_args
 from recall_service.signing import KEY_FILE, load_or_create
+from recall_service.store import sql_reader
 from recall_service.store.base import LogStore, RecordQuery
 from recall_service.store.postgres import PostgresRecallStore
 from recall_service.store.sqlite import SqliteLogStore
@@ -408,3 +409,21 @@ def test_a_group_reports_its_appends_only_after_it_commits(tmp_path: Path) -> No
         assert reported == [1, 2, 3]
     finally:
         store.close()
+
+
+def test_whole_stream_reads_cross_pages_in_order(
+    deps: Deps, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sql_reader, "PAGE", 4)
+    stream_id = conversation(deps)
+    for i in range(12):
+        write(deps, stream_id, writes.Entry(f"m{i}"))
+    reader = deps.store.reader()
+    stream = reader.get_stream("acme", stream_id)
+    assert stream is not None
+    assert [r.seq for r in reader.iter_records(stream)] == list(range(1, 14))
+    nodes = sorted(coord for coord, _ in reader.iter_nodes(stream))
+    assert nodes == sorted(c for c in merkle.all_nodes([bytes(32)] * 13) if c[0] > 0)
+    assert [cp.size for cp in reader.iter_checkpoints(stream)] == list(range(1, 14))
+    verdict = verify_stream(deps, ALICE, stream_id, None)
+    assert (verdict.ok, verdict.size, verdict.checkpoints_checked) == (True, 13, 13)

@@ -26,6 +26,7 @@ from recall_service.convert import checkpoint_to_pb, record_to_pb
 from recall_service.core import Deps
 from recall_service.models import Checkpoint, Draft, Record, RecordKind, StreamKind
 from recall_service.signing import load_or_create
+from recall_service.store import sql_reader
 from recall_service.store.base import LogStore
 from recall_service.store.postgres import PostgresRecallStore
 from recall_service.store.sqlite import LOG_FILE, SqliteLogStore
@@ -118,6 +119,12 @@ class Log:
             return list(store.reader().iter_records(stream))
         finally:
             store.close()
+
+
+@pytest.fixture(autouse=True)
+def small_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whole-stream reads fetch 3 rows per query here, so every attack is read across pages."""
+    monkeypatch.setattr(sql_reader, "PAGE", 3)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
