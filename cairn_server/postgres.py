@@ -38,6 +38,8 @@ def open_pool(
         min_size=min_size,
         max_size=max_size,
         kwargs={"autocommit": True, "options": f"-c search_path={schema}"},
+        # A connection the server dropped (a restart) is replaced instead of failing a call.
+        check=ConnectionPool.check_connection,
         open=True,
     )
     pool.wait(timeout=30)
