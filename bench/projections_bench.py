@@ -1,7 +1,7 @@
 """Search lanes at scale: embedding, indexing and query latency at N records in one tenant.
 
-    python -m bench.projections_bench [--records 100000] [--streams 100] [--batch 512]
-        [--queries 500] [--dataset ../shared/data/locomo-dev.json]
+    python -m bench.projections_bench [--records 100000] [--streams 100] [--batch 2048]
+        [--queries 500] [--quantize] [--dataset ../shared/data/locomo-dev.json]
 
 Builds a Qdrant Edge index and a Tantivy index (on disk, in a temporary directory) over N
 records of one tenant spread over `--streams` streams, the way the indexer would: for each
@@ -84,9 +84,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     records, questions = corpus(Path(args.dataset), args.records, args.streams)
     settings = TextSettings()
     embedder = WordLlamaEmbedder()
-    out: dict[str, Any] = {"records": args.records, "streams": args.streams, "batch": args.batch}
+    out: dict[str, Any] = {
+        "records": args.records,
+        "streams": args.streams,
+        "batch": args.batch,
+        "quantize": args.quantize,
+    }
     with tempfile.TemporaryDirectory() as tmp:
-        vectors = QdrantEdgeIndex(Path(tmp) / "edge", embedder.dim)
+        vectors = QdrantEdgeIndex(Path(tmp) / "edge", embedder.dim, quantize=args.quantize)
         lexical = LexicalIndex(Path(tmp) / "tantivy")
         spent = {"texts": 0.0, "embed": 0.0, "vector_upsert": 0.0, "lexical": 0.0}
         recent: dict[str, list[IndexedRecord]] = {}  # the tail of each stream, for context
@@ -211,6 +216,7 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=100)
     parser.add_argument("--batch", type=int, default=2048)
     parser.add_argument("--queries", type=int, default=500)
+    parser.add_argument("--quantize", action="store_true", help="int8 scalar quantization")
     print(json.dumps(run(parser.parse_args())))
 
 
