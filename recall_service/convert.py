@@ -10,6 +10,7 @@ from google.protobuf import timestamp_pb2
 from cairn.v1 import recall_pb2
 from cairn_server.errors import InvalidArgument
 from recall_service.models import Checkpoint, Participant, Record, Role, Stream, StreamKind
+from recall_service.search_query import Hit, SearchMode, SearchQuery
 from recall_service.store.base import RecordQuery
 from recall_service.writes import Entry
 
@@ -139,6 +140,7 @@ def entry_from_pb(pb: recall_pb2.WriteEntry) -> Entry:
         tags=tuple(pb.tags),
         metadata_json=pb.metadata_json,
         idempotency_key=pb.idempotency_key,
+        vector=tuple(pb.vector),
     )
 
 
@@ -160,4 +162,54 @@ def query_from_pb(request: recall_pb2.ReadRequest) -> RecordQuery:
         match_all_tags=request.match_all_tags,
         include_events=request.include_events,
         newest_first=request.newest_first,
+    )
+
+
+def search_mode(value: int) -> SearchMode:
+    """A search mode; unspecified means HYBRID."""
+    if value == recall_pb2.SEARCH_MODE_UNSPECIFIED:
+        return SearchMode.HYBRID
+    try:
+        return SearchMode(value)
+    except ValueError:
+        raise InvalidArgument(
+            "mode", "must be SEARCH_MODE_HYBRID, SEARCH_MODE_LEXICAL or SEARCH_MODE_VECTOR"
+        ) from None
+
+
+def search_query_from_pb(request: recall_pb2.SearchRequest) -> SearchQuery:
+    """A search as the domain takes it."""
+    flt = request.filter
+    start = end = None
+    if flt.HasField("time_range"):
+        if flt.time_range.HasField("start"):
+            start = micros(flt.time_range.start)
+        if flt.time_range.HasField("end"):
+            end = micros(flt.time_range.end)
+    return SearchQuery(
+        text=request.query,
+        stream_ids=tuple(request.stream_ids),
+        mode=search_mode(request.mode),
+        authors=tuple(flt.source_agent_ids),
+        start=start,
+        end=end,
+        tags_any=tuple(flt.tags_any),
+        tags_all=tuple(flt.tags_all),
+        min_seq=dict(request.min_seq),
+        top_k=request.top_k,
+        query_vector=tuple(request.query_vector),
+    )
+
+
+def hit_to_pb(hit: Hit) -> recall_pb2.SearchHit:
+    """A search hit for the wire; a lane's rank is absent when that lane missed the record."""
+    return recall_pb2.SearchHit(
+        record=record_to_pb(hit.record),
+        score=hit.score,
+        lexical_rank=hit.lexical_rank,
+        vector_rank=hit.vector_rank,
+        conflicts_with=[
+            recall_pb2.RecordRef(stream_id=stream_id, seq=seq)
+            for stream_id, seq in hit.conflicts_with
+        ],
     )

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from cairn_server.errors import NotFound
 from recall_service.canonical import SALT_BYTES
 from recall_service.models import Stream
+from recall_service.projections.embedders import ClientVectors
 from recall_service.signing import Signer
 from recall_service.store.base import LogReader, LogStore
 from recall_service.validation import DEFAULT_MAX_CONTENT_BYTES
@@ -23,11 +24,16 @@ def now_us() -> int:
 
 @dataclass
 class Deps:
-    """The store, the checkpoint signer, and the sources of time, salt and ids."""
+    """The store, the checkpoint signer, and the sources of time, salt and ids.
+
+    `client_vectors` is set when the server's vectors come from clients (`--embedder
+    client`): writes may then carry a vector, checked against it; otherwise they may not.
+    """
 
     store: LogStore
     signer: Signer
     max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES
+    client_vectors: ClientVectors | None = None
     clock: Callable[[], int] = now_us
     salt: Callable[[], bytes] = field(default=lambda: os.urandom(SALT_BYTES))
 

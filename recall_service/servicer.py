@@ -8,10 +8,12 @@ from typing import Any
 import grpc
 
 from cairn.v1 import recall_pb2, recall_pb2_grpc
+from cairn_server.errors import Unavailable
 from cairn_server.rpc import RpcGuard
 from cairn_server.runner import Runner
 from recall_service import convert, participants, proofs, reads, redaction, streams, writes
 from recall_service.core import Deps
+from recall_service.search import SearchEngine
 from recall_service.signing import ALGORITHM
 from recall_service.verification import verify_stream
 
@@ -21,10 +23,13 @@ Ctx = grpc.aio.ServicerContext[Any, Any]
 class RecallServicer(recall_pb2_grpc.RecallServiceServicer):
     """Maps each RPC onto the domain functions of the recall service."""
 
-    def __init__(self, deps: Deps, guard: RpcGuard, runner: Runner) -> None:
+    def __init__(
+        self, deps: Deps, guard: RpcGuard, runner: Runner, search: SearchEngine | None = None
+    ) -> None:
         self.deps = deps
         self.guard = guard
         self.run = runner
+        self.search = search
 
     async def CreateStream(
         self, request: recall_pb2.CreateStreamRequest, context: Ctx
@@ -308,4 +313,16 @@ class RecallServicer(recall_pb2_grpc.RecallServiceServicer):
                 record=convert.record_to_pb(record),
                 checkpoint=convert.checkpoint_to_pb(checkpoint),
             )
+        raise AssertionError("unreachable")
+
+    async def Search(
+        self, request: recall_pb2.SearchRequest, context: Ctx
+    ) -> recall_pb2.SearchResponse:
+        async with self.guard.call(context, "Search") as principal:
+            if self.search is None:
+                raise Unavailable("search is not enabled on this server")
+            hits = await self.search.search(
+                principal, convert.search_query_from_pb(request), context.time_remaining()
+            )
+            return recall_pb2.SearchResponse(hits=[convert.hit_to_pb(h) for h in hits])
         raise AssertionError("unreachable")

@@ -23,6 +23,22 @@ class Entry:
     tags: tuple[str, ...] = ()
     metadata_json: str = ""
     idempotency_key: str = ""
+    vector: tuple[float, ...] = ()
+
+
+def vector_of(deps: Deps, entry: Entry, field: str) -> bytes | None:
+    """The entry's client-supplied vector, checked and normalised, as float32 bytes (None
+    when it has none). Refused on a server that embeds content itself."""
+    if not entry.vector:
+        return None
+    if deps.client_vectors is None:
+        raise InvalidArgument(
+            field,
+            "this server embeds content itself and takes no vectors from clients "
+            "(send none, or run it with --embedder client)",
+        )
+    row = deps.client_vectors.check([entry.vector], field)[0]
+    return bytes(row.astype("<f4").tobytes())
 
 
 def draft_of(deps: Deps, principal: Principal, entry: Entry, field: str) -> Draft:
@@ -75,6 +91,10 @@ def write(
         draft_of(deps, principal, e, f"entries[{i}]" if batch else "entry")
         for i, e in enumerate(entries)
     ]
+    vectors = [
+        vector_of(deps, e, f"entries[{i}].vector" if batch else "entry.vector")
+        for i, e in enumerate(entries)
+    ]
     seen: dict[str, int] = {}
     for i, draft in enumerate(drafts):
         key = draft.idempotency_key
@@ -94,10 +114,12 @@ def write(
             acl.require_write(principal, stream, own, source, found.get(source))
         earlier = tx.by_idempotency_keys(stream, [d.idempotency_key for d in drafts])
         fresh: list[Draft] = []
+        fresh_vectors: list[bytes | None] = []
         for i, draft in enumerate(drafts):
             first = earlier.get(draft.idempotency_key) if draft.idempotency_key else None
             if first is None:
                 fresh.append(draft)
+                fresh_vectors.append(vectors[i])
             elif not same_write(draft, first):
                 field = f"entries[{i}]" if batch else "entry"
                 raise AlreadyExists(
@@ -106,6 +128,10 @@ def write(
                 )
         if fresh:
             updated, records, checkpoint = append_drafts(deps, tx, stream, fresh)
+            tx.put_vectors(
+                stream,
+                [(r.seq, v) for r, v in zip(records, fresh_vectors, strict=True) if v is not None],
+            )
         else:
             updated, records = stream, []
             latest = tx.latest_checkpoint(stream)

@@ -102,6 +102,25 @@ class LogReader(Protocol):
     def iter_checkpoints(self, stream: Stream) -> Iterator[Checkpoint]:
         """Every stored checkpoint by size."""
 
+    def changed_streams(self, since: int) -> list[Stream]:
+        """Streams of every tenant whose last record's time is at least `since` (µs; 0: all),
+        in row-key order (the search indexer's tail query)."""
+
+    def messages_before(self, stream: Stream, seq: int, limit: int) -> list[Record]:
+        """The `limit` MESSAGE records with content nearest below `seq`, in seq order."""
+
+    def messages_after(self, stream: Stream, seq: int, last: int, limit: int) -> list[Record]:
+        """The first `limit` MESSAGE records with content in seqs (seq, last], in seq order."""
+
+    def records_between(self, stream: Stream, first: int, last: int) -> list[Record]:
+        """Every record of seqs first..last (any kind, erased content as None), in seq order."""
+
+    def records_at(self, stream: Stream, seqs: Sequence[int]) -> dict[int, Record]:
+        """The records of these seqs that exist, by seq."""
+
+    def vectors(self, stream: Stream, first: int, last: int) -> dict[int, bytes]:
+        """Client-supplied vectors of seqs first..last, by seq."""
+
 
 class LogTx(LogReader, Protocol):
     """Writes inside one unit of work."""
@@ -125,7 +144,10 @@ class LogTx(LogReader, Protocol):
         """Inserts or replaces the agent's participant row."""
 
     def erase_content(self, stream: Stream, seq: int) -> None:
-        """Sets a record's content and salt to NULL (a redaction)."""
+        """Sets a record's content and salt to NULL and drops its vector (a redaction)."""
+
+    def put_vectors(self, stream: Stream, vectors: Sequence[tuple[int, bytes]]) -> None:
+        """Stores client-supplied vectors of records appended in this unit, by seq."""
 
 
 class LogStore(Protocol):

@@ -266,3 +266,65 @@ class SqlLogReader:
             if len(rows) < PAGE:
                 return
             after = rows[-1][0]
+
+    # -- what the search indexer and the search read --------------------------------------
+
+    def changed_streams(self, since: int) -> list[Stream]:
+        """Streams of every tenant whose last record's time is at least `since` (µs; 0: all
+        streams), in row-key order: the indexer's view of where the log has grown."""
+        rows = self._c.execute(
+            f"SELECT {STREAM_COLUMNS} FROM streams WHERE last_time >= ? ORDER BY rowkey",
+            (since,),
+        ).fetchall()
+        return [stream_of(row) for row in rows]
+
+    def messages_before(self, stream: Stream, seq: int, limit: int) -> list[Record]:
+        """The `limit` MESSAGE records with content nearest below `seq`, in seq order."""
+        rows = self._c.execute(
+            f"SELECT {RECORD_COLUMNS} FROM records r WHERE r.stream = ? AND r.seq < ?"
+            " AND r.kind = 1 AND r.content IS NOT NULL ORDER BY r.seq DESC LIMIT ?",
+            (stream.key, seq, limit),
+        ).fetchall()
+        return [record_of(stream.id, row) for row in reversed(rows)]
+
+    def messages_after(self, stream: Stream, seq: int, last: int, limit: int) -> list[Record]:
+        """The first `limit` MESSAGE records with content in seqs (seq, last], in seq order."""
+        rows = self._c.execute(
+            f"SELECT {RECORD_COLUMNS} FROM records r WHERE r.stream = ? AND r.seq > ?"
+            " AND r.seq <= ? AND r.kind = 1 AND r.content IS NOT NULL ORDER BY r.seq LIMIT ?",
+            (stream.key, seq, last, limit),
+        ).fetchall()
+        return [record_of(stream.id, row) for row in rows]
+
+    def records_between(self, stream: Stream, first: int, last: int) -> list[Record]:
+        """Every record of seqs first..last (any kind, erased content as None), in seq order."""
+        rows = self._c.execute(
+            f"SELECT {RECORD_COLUMNS} FROM records r WHERE r.stream = ? AND r.seq >= ?"
+            " AND r.seq <= ? ORDER BY r.seq",
+            (stream.key, first, last),
+        ).fetchall()
+        return [record_of(stream.id, row) for row in rows]
+
+    def records_at(self, stream: Stream, seqs: Sequence[int]) -> dict[int, Record]:
+        """The records of these seqs that exist, by seq."""
+        unique = list(dict.fromkeys(seqs))
+        found: dict[int, Record] = {}
+        for start in range(0, len(unique), 500):
+            chunk = unique[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            rows = self._c.execute(
+                f"SELECT {RECORD_COLUMNS}, {REDACTED_BY} FROM records r"
+                f" WHERE r.stream = ? AND r.seq IN ({marks})",
+                [stream.key, *chunk],
+            ).fetchall()
+            for row in rows:
+                found[row[0]] = record_of(stream.id, row, row[16])
+        return found
+
+    def vectors(self, stream: Stream, first: int, last: int) -> dict[int, bytes]:
+        """Client-supplied vectors of seqs first..last, by seq (float32 little-endian)."""
+        rows = self._c.execute(
+            "SELECT seq, vector FROM record_vectors WHERE stream = ? AND seq >= ? AND seq <= ?",
+            (stream.key, first, last),
+        ).fetchall()
+        return {row[0]: bytes(row[1]) for row in rows}

@@ -165,8 +165,19 @@ class SqlLogTx(SqlLogReader):
         )
 
     def erase_content(self, stream: Stream, seq: int) -> None:
-        """Sets a record's content and salt to NULL."""
+        """Sets a record's content and salt to NULL and deletes its client-supplied vector."""
         self._c.execute(
             "UPDATE records SET content = NULL, salt = NULL WHERE stream = ? AND seq = ?",
             (stream.key, seq),
         )
+        self._c.execute(
+            "DELETE FROM record_vectors WHERE stream = ? AND seq = ?", (stream.key, seq)
+        )
+
+    def put_vectors(self, stream: Stream, vectors: Sequence[tuple[int, bytes]]) -> None:
+        """Stores client-supplied vectors of records just appended, by seq."""
+        if vectors:
+            self._c.executemany(
+                "INSERT INTO record_vectors (stream, seq, vector) VALUES (?, ?, ?)",
+                [(stream.key, seq, blob) for seq, blob in vectors],
+            )

@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 import cairn
-from cairn.letta_shared import LettaShared, SearchNotAvailable, SharedParticipant
+from cairn.letta_shared import LettaShared, SharedParticipant
 from cairn_server.auth import Role
 from tests.servers import ServerProcess, free_port, make_key
 
@@ -74,15 +74,25 @@ def test_owner_writes_for_another_participant_and_both_names_are_kept(env: Any) 
     assert denied.value.code is grpc.StatusCode.PERMISSION_DENIED
 
 
-def test_query_is_refused_until_search_lands(env: Any) -> None:
+def test_a_query_finds_the_messages_about_it_including_its_own_last_write(env: Any) -> None:
     channel, keys = env
     planner = LettaShared.create(channel, api_key=keys["planner"])
-    with pytest.raises(SearchNotAvailable) as caught:
-        planner.read(query="deploy")
-    assert str(caught.value) == (
-        "read(query=...) needs the recall service's search, which is not available in this "
-        "release; read by author and limit instead"
-    )
+    planner.attach("coder")
+    planner.write("The deploy is scheduled for Friday at noon.")
+    planner.write("Lunch is pizza today.", source_agent_id="coder")
+    planner.write("Remember to update the deploy checklist.", source_agent_id="coder")
+    found = planner.read(query="deploy", limit=5)
+    # Hybrid: the two messages naming it, then what the vector lane finds nearest.
+    assert [m.content for m in found] == [
+        "The deploy is scheduled for Friday at noon.",
+        "Remember to update the deploy checklist.",
+        "Lunch is pizza today.",
+    ]
+    assert [m.content for m in planner.read(query="deploy", from_agent="coder", limit=1)] == [
+        "Remember to update the deploy checklist."
+    ]
+    with pytest.raises(ValueError, match="limit must be between 1 and 100 with a query, got 500"):
+        planner.read(query="deploy", limit=500)
 
 
 def test_detached_agent_reads_and_writes_nothing_more(env: Any) -> None:

@@ -84,6 +84,7 @@ class AsyncRecallClient:
     read = paged(recall_calls.read)
     overlapping_writes = paged(recall_calls.overlapping_writes)
     redact = unary(recall_calls.redact)
+    search = unary(recall_calls.search)
     verify_stream = unary(proof_calls.verify_stream)
     get_checkpoint = unary(proof_calls.get_checkpoint)
     get_inclusion_proof = unary(proof_calls.get_inclusion_proof)

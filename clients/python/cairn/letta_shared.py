@@ -5,13 +5,15 @@
     shared.attach("coder")                       # a WRITER by default
     shared.write("Plan: ship on Friday.")        # as the key's own agent
     shared.read(from_agent="coder", limit=20)    # the latest 20 messages by coder, oldest first
+    shared.read(query="release date", limit=5)   # the 5 messages most about it, best first
     shared.overlapping_writes_within(seconds=5)  # messages by different agents close together
 
 Every call is one or a few RecallService RPCs made through `cairn.Client` (a bare
 `grpc.Channel` with an `api_key` works too), with its deadline and retries; errors are the
 client's typed errors (`cairn.PermissionDenied` for a detached agent, and so on). `read`
-returns messages only, never the attach and detach events of the log. Search arrives in a
-later release: until then `read(query=...)` raises `SearchNotAvailable`.
+returns messages only, never the attach and detach events of the log. `read(query=...)`
+searches the conversation through the recall service's `Search` (BM25 and vectors fused);
+it sees every message this object wrote (it passes the last seq it wrote as `min_seq`).
 """
 
 from __future__ import annotations
@@ -28,13 +30,9 @@ from cairn.client import DEFAULT_TIMEOUT, Client
 from cairn.enums import ParticipantRole, StreamKind
 from cairn.recall_types import Participant, Record
 
-__all__ = ["LettaShared", "Overlap", "SearchNotAvailable", "SharedMessage", "SharedParticipant"]
+__all__ = ["LettaShared", "Overlap", "SharedMessage", "SharedParticipant"]
 
 _ROLES = ("reader", "writer", "owner")
-
-
-class SearchNotAvailable(NotImplementedError):
-    """`read(query=...)` needs the recall service's search, which is not available yet."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +113,7 @@ class LettaShared:
         `cairn.Client` with `api_key` and `timeout` (a Client brings its own)."""
         self.client = _client(client, api_key, timeout)
         self.stream_id = stream_id
+        self._last_written = 0  # the last seq this object wrote: what a search must see
 
     @classmethod
     def create(
@@ -148,12 +147,21 @@ class LettaShared:
     def read(
         self, *, from_agent: str | None = None, query: str | None = None, limit: int = 50
     ) -> list[SharedMessage]:
-        """The latest `limit` messages (1-1000), oldest first, optionally only one agent's."""
+        """The latest `limit` messages (1-1000), oldest first, optionally only one agent's.
+
+        With `query`: the `limit` (1-100) messages that best match it, best first, found by
+        the recall service's search, seeing at least every message this object wrote."""
         if query is not None:
-            raise SearchNotAvailable(
-                "read(query=...) needs the recall service's search, which is not available "
-                "in this release; read by author and limit instead"
+            if not 1 <= limit <= 100:
+                raise ValueError(f"limit must be between 1 and 100 with a query, got {limit}")
+            hits = self.client.recall.search(
+                query,
+                stream_ids=[self.stream_id],
+                source_agent_ids=[from_agent] if from_agent else [],
+                min_seq={self.stream_id: self._last_written} if self._last_written else None,
+                top_k=limit,
             )
+            return [_message(h.record) for h in hits]
         if not 1 <= limit <= 1000:
             raise ValueError(f"limit must be between 1 and 1000, got {limit}")
         newest = self.client.recall.read(
@@ -184,6 +192,7 @@ class LettaShared:
             metadata=metadata,
             idempotency_key=idempotency_key,
         )
+        self._last_written = max(self._last_written, written.record.seq)
         return _message(written.record)
 
     def list_participants(self) -> list[SharedParticipant]:

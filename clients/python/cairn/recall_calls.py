@@ -7,8 +7,8 @@ stream raises NotFound when the caller's tenant has no such stream, and Permissi
 the caller may not act on it. Reads, `attach` (attaching again writes nothing) and writes
 that carry idempotency keys are retried when the server is unavailable.
 
-A new RPC slots in as one more builder here (e.g. `search`, returning `Call[list[Hit]]`) and
-one line in each of `RecallClient` and `AsyncRecallClient`.
+A new RPC slots in as one more builder here (as `search` did, returning
+`Call[list[SearchHit]]`) and one line in each of `RecallClient` and `AsyncRecallClient`.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from cairn.recall_types import (
     OverlappingPair,
     Participant,
     Record,
+    SearchHit,
+    SearchMode,
     Stream,
     WriteEntry,
     Written,
@@ -169,14 +171,18 @@ def write(
     tags: Sequence[str] = (),
     metadata: Mapping[str, Any] | None = None,
     idempotency_key: str = "",
+    vector: Sequence[float] = (),
     timeout: float | None = None,
 ) -> Call[Written]:
     """Appends one message as the key's own agent, or as `source_agent_id` (an OWNER, admin
     or service key), and returns the record with a checkpoint covering it. With an
     `idempotency_key` the write is retried safely: a repeat returns the first record with
     `replayed` set. Raises InvalidArgument, PermissionDenied or AlreadyExists (the key was
-    used for a different write)."""
-    entry = WriteEntry(content, source_agent_id, tuple(tags), _dict(metadata), idempotency_key)
+    used for a different write). `vector` is the content's embedding, only for a server
+    whose vectors come from clients (`--embedder client`)."""
+    entry = WriteEntry(
+        content, source_agent_id, tuple(tags), _dict(metadata), idempotency_key, tuple(vector)
+    )
     return Call(
         "recall",
         "Write",
@@ -288,6 +294,66 @@ def redact(
         recall_pb2.RedactRequest(stream_id=stream_id, seq=seq, reason=reason),
         lambda r: Appended(convert.record(r.record), convert.optional_checkpoint(r)),
         idempotent=False,
+        timeout=timeout,
+    )
+
+
+_SEARCH_MODES = {
+    SearchMode.HYBRID: recall_pb2.SEARCH_MODE_HYBRID,
+    SearchMode.LEXICAL: recall_pb2.SEARCH_MODE_LEXICAL,
+    SearchMode.VECTOR: recall_pb2.SEARCH_MODE_VECTOR,
+}
+
+
+def search(
+    query: str,
+    *,
+    stream_ids: Sequence[str] = (),
+    mode: SearchMode | str = SearchMode.HYBRID,
+    source_agent_ids: Sequence[str] = (),
+    start: datetime | None = None,
+    end: datetime | None = None,
+    tags_any: Sequence[str] = (),
+    tags_all: Sequence[str] = (),
+    min_seq: Mapping[str, int] | None = None,
+    top_k: int = 10,
+    query_vector: Sequence[float] = (),
+    timeout: float | None = None,
+) -> Call[list[SearchHit]]:
+    """Searches the messages of `stream_ids` (at most 100; none: every stream the caller may
+    read) for `query`, best first, at most `top_k` (1-100) hits: BM25 and vectors fused
+    (`mode` hybrid), or one of them. Filters: authors, time [start, end), tags (any / all).
+    `min_seq` maps a stream id to a seq the search must see (the seq a write returned):
+    the server waits until its indexes hold it, then raises Unavailable if they do not.
+    `query_vector` only for a server whose vectors come from clients. Raises
+    InvalidArgument, NotFound or PermissionDenied (a named stream), FailedPrecondition
+    (none named and more than 1000 readable)."""
+    time_range = (
+        common_pb2.TimeRange(
+            start=to_timestamp(start) if start else None, end=to_timestamp(end) if end else None
+        )
+        if start or end
+        else None
+    )
+    return Call(
+        "recall",
+        "Search",
+        recall_pb2.SearchRequest(
+            query=query,
+            stream_ids=list(stream_ids),
+            mode=_SEARCH_MODES[SearchMode(mode)],
+            filter=recall_pb2.SearchFilter(
+                source_agent_ids=list(source_agent_ids),
+                time_range=time_range,
+                tags_any=list(tags_any),
+                tags_all=list(tags_all),
+            ),
+            min_seq=dict(min_seq or {}),
+            top_k=top_k,
+            query_vector=list(query_vector),
+        ),
+        lambda r: [convert.search_hit(h) for h in r.hits],
+        idempotent=True,
         timeout=timeout,
     )
 

@@ -17,6 +17,8 @@ from cairn.recall_types import (
     Participant,
     PublicKey,
     Record,
+    RecordRef,
+    SearchHit,
     Stream,
     Verification,
     WriteEntry,
@@ -152,6 +154,17 @@ def public_key(pb: recall_pb2.GetPublicKeyResponse) -> PublicKey:
     return PublicKey(algorithm=pb.algorithm, public_key=pb.public_key, key_id=pb.key_id)
 
 
+def search_hit(pb: recall_pb2.SearchHit) -> SearchHit:
+    """A SearchHit; a lane's rank is None when the lane did not return the record."""
+    return SearchHit(
+        record=record(pb.record),
+        score=pb.score,
+        lexical_rank=pb.lexical_rank if pb.HasField("lexical_rank") else None,
+        vector_rank=pb.vector_rank if pb.HasField("vector_rank") else None,
+        conflicts_with=tuple(RecordRef(r.stream_id, r.seq) for r in pb.conflicts_with),
+    )
+
+
 # --- to the wire ----------------------------------------------------------------------------
 
 
@@ -163,4 +176,5 @@ def write_entry_pb(entry: WriteEntry) -> recall_pb2.WriteEntry:
         tags=list(entry.tags),
         metadata_json=json_text(entry.metadata),
         idempotency_key=entry.idempotency_key,
+        vector=list(entry.vector),
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from cairn.enums import ParticipantRole, RecordKind, StreamKind
@@ -26,6 +27,9 @@ __all__ = [
     "Participant",
     "PublicKey",
     "Record",
+    "RecordRef",
+    "SearchHit",
+    "SearchMode",
     "Stream",
     "Verification",
     "WriteEntry",
@@ -153,6 +157,8 @@ class WriteEntry:
     tags: tuple[str, ...] = ()
     metadata: dict[str, Any] | None = None
     idempotency_key: str = ""
+    # The content's embedding, only for a server run with `--embedder client`.
+    vector: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,3 +260,32 @@ class PublicKey:
     algorithm: str
     public_key: bytes
     key_id: str
+
+
+class SearchMode(StrEnum):
+    """Which indexes answer a search: both fused (the default), BM25 alone, vectors alone."""
+
+    HYBRID = "hybrid"
+    LEXICAL = "lexical"
+    VECTOR = "vector"
+
+
+@dataclass(frozen=True, slots=True)
+class RecordRef:
+    """One record, by stream and seq."""
+
+    stream_id: str
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    """A record a search found: its fused score (the lane's own score in a one-lane mode),
+    its 1-based rank in each lane (None when that lane did not return it), and the hits by
+    other authors it conflicts with."""
+
+    record: Record
+    score: float
+    lexical_rank: int | None
+    vector_rank: int | None
+    conflicts_with: tuple[RecordRef, ...]

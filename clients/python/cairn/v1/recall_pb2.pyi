@@ -103,6 +103,34 @@ RECORD_KIND_REDACTION: RecordKind.ValueType  # 4
 """Record `target_seq` had its content and salt erased; `content` holds the reason."""
 Global___RecordKind: _TypeAlias = RecordKind  # noqa: Y015
 
+class _SearchMode:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _SearchModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_SearchMode.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    SEARCH_MODE_UNSPECIFIED: _SearchMode.ValueType  # 0
+    """The same as SEARCH_MODE_HYBRID."""
+    SEARCH_MODE_HYBRID: _SearchMode.ValueType  # 1
+    """Both projections, fused: 0.8 x lexical + 0.2 x vector of min-max-normalised scores."""
+    SEARCH_MODE_LEXICAL: _SearchMode.ValueType  # 2
+    """BM25 over English-stemmed text only."""
+    SEARCH_MODE_VECTOR: _SearchMode.ValueType  # 3
+    """Cosine similarity of embeddings only."""
+
+class SearchMode(_SearchMode, metaclass=_SearchModeEnumTypeWrapper):
+    """SearchMode is which projections answer a search."""
+
+SEARCH_MODE_UNSPECIFIED: SearchMode.ValueType  # 0
+"""The same as SEARCH_MODE_HYBRID."""
+SEARCH_MODE_HYBRID: SearchMode.ValueType  # 1
+"""Both projections, fused: 0.8 x lexical + 0.2 x vector of min-max-normalised scores."""
+SEARCH_MODE_LEXICAL: SearchMode.ValueType  # 2
+"""BM25 over English-stemmed text only."""
+SEARCH_MODE_VECTOR: SearchMode.ValueType  # 3
+"""Cosine similarity of embeddings only."""
+Global___SearchMode: _TypeAlias = SearchMode  # noqa: Y015
+
 @_typing.final
 class Stream(_message.Message):
     """Stream is one append-only log."""
@@ -340,6 +368,7 @@ class WriteEntry(_message.Message):
     TAGS_FIELD_NUMBER: _builtins.int
     METADATA_JSON_FIELD_NUMBER: _builtins.int
     IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
+    VECTOR_FIELD_NUMBER: _builtins.int
     source_agent_id: _builtins.str
     """The participant the message speaks for. Empty on an agent key means the agent itself;
     admin and service keys must set it.
@@ -356,6 +385,14 @@ class WriteEntry(_message.Message):
     def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """At most 64 tags of 1–100 printable characters; duplicates are dropped, order is kept."""
 
+    @_builtins.property
+    def vector(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """The content's embedding, for a server whose vectors come from clients
+        (`--embedder client`): exactly `--embedding-dim` finite numbers, not all zero. It feeds
+        the vector index only; it is kept beside the record (erased with it by a redaction) but
+        is not part of the hashed record. A server that embeds content itself refuses it.
+        """
+
     def __init__(
         self,
         *,
@@ -364,10 +401,11 @@ class WriteEntry(_message.Message):
         tags: _abc.Iterable[_builtins.str] | None = ...,
         metadata_json: _builtins.str = ...,
         idempotency_key: _builtins.str = ...,
+        vector: _abc.Iterable[_builtins.float] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "idempotency_key", b"idempotency_key", "metadata_json", b"metadata_json", "source_agent_id", b"source_agent_id", "tags", b"tags"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "idempotency_key", b"idempotency_key", "metadata_json", b"metadata_json", "source_agent_id", b"source_agent_id", "tags", b"tags", "vector", b"vector"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1293,3 +1331,215 @@ class RedactResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RedactResponse: _TypeAlias = RedactResponse  # noqa: Y015
+
+@_typing.final
+class SearchFilter(_message.Message):
+    """SearchFilter narrows a search; every condition given must hold."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SOURCE_AGENT_IDS_FIELD_NUMBER: _builtins.int
+    TIME_RANGE_FIELD_NUMBER: _builtins.int
+    TAGS_ANY_FIELD_NUMBER: _builtins.int
+    TAGS_ALL_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def source_agent_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Only records by these authors (`source_agent_id`)."""
+
+    @_builtins.property
+    def time_range(self) -> _common_pb2.TimeRange:
+        """Only records whose `created_at` falls in [start, end)."""
+
+    @_builtins.property
+    def tags_any(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Only records carrying at least one of these tags."""
+
+    @_builtins.property
+    def tags_all(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Only records carrying all of these tags."""
+
+    def __init__(
+        self,
+        *,
+        source_agent_ids: _abc.Iterable[_builtins.str] | None = ...,
+        time_range: _common_pb2.TimeRange | None = ...,
+        tags_any: _abc.Iterable[_builtins.str] | None = ...,
+        tags_all: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["time_range", b"time_range"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["source_agent_ids", b"source_agent_ids", "tags_all", b"tags_all", "tags_any", b"tags_any", "time_range", b"time_range"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SearchFilter: _TypeAlias = SearchFilter  # noqa: Y015
+
+@_typing.final
+class RecordRef(_message.Message):
+    """RecordRef names one record."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STREAM_ID_FIELD_NUMBER: _builtins.int
+    SEQ_FIELD_NUMBER: _builtins.int
+    stream_id: _builtins.str
+    seq: _builtins.int
+    def __init__(
+        self,
+        *,
+        stream_id: _builtins.str = ...,
+        seq: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["seq", b"seq", "stream_id", b"stream_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecordRef: _TypeAlias = RecordRef  # noqa: Y015
+
+@_typing.final
+class SearchRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class MinSeqEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    QUERY_FIELD_NUMBER: _builtins.int
+    STREAM_IDS_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    FILTER_FIELD_NUMBER: _builtins.int
+    MIN_SEQ_FIELD_NUMBER: _builtins.int
+    TOP_K_FIELD_NUMBER: _builtins.int
+    QUERY_VECTOR_FIELD_NUMBER: _builtins.int
+    query: _builtins.str
+    """What to look for, in words (up to 4096 characters). Optional in VECTOR mode when a
+    query_vector is given.
+    """
+    mode: Global___SearchMode.ValueType
+    top_k: _builtins.int
+    """How many hits to return, 1–100 (0: 10)."""
+    @_builtins.property
+    def stream_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The streams to search (at most 100); empty: every stream the caller may read."""
+
+    @_builtins.property
+    def filter(self) -> Global___SearchFilter: ...
+    @_builtins.property
+    def min_seq(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """Per stream id, a seq the search must see (see the RPC): waits until both indexes have
+        applied that stream through it.
+        """
+
+    @_builtins.property
+    def query_vector(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """The query's embedding, for a server whose vectors come from clients (required there
+        for VECTOR and HYBRID); refused by a server that embeds queries itself.
+        """
+
+    def __init__(
+        self,
+        *,
+        query: _builtins.str = ...,
+        stream_ids: _abc.Iterable[_builtins.str] | None = ...,
+        mode: Global___SearchMode.ValueType = ...,
+        filter: Global___SearchFilter | None = ...,
+        min_seq: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        top_k: _builtins.int = ...,
+        query_vector: _abc.Iterable[_builtins.float] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "min_seq", b"min_seq", "mode", b"mode", "query", b"query", "query_vector", b"query_vector", "stream_ids", b"stream_ids", "top_k", b"top_k"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SearchRequest: _TypeAlias = SearchRequest  # noqa: Y015
+
+@_typing.final
+class SearchHit(_message.Message):
+    """SearchHit is one record found, best first."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RECORD_FIELD_NUMBER: _builtins.int
+    SCORE_FIELD_NUMBER: _builtins.int
+    LEXICAL_RANK_FIELD_NUMBER: _builtins.int
+    VECTOR_RANK_FIELD_NUMBER: _builtins.int
+    CONFLICTS_WITH_FIELD_NUMBER: _builtins.int
+    score: _builtins.float
+    """The fused score in HYBRID mode (0–1); the lane's own score in LEXICAL mode (BM25) and
+    VECTOR mode (cosine similarity).
+    """
+    lexical_rank: _builtins.int
+    """The record's 1-based rank in the lexical lane; absent when that lane did not return it."""
+    vector_rank: _builtins.int
+    """The record's 1-based rank in the vector lane; absent when that lane did not return it."""
+    @_builtins.property
+    def record(self) -> Global___Record: ...
+    @_builtins.property
+    def conflicts_with(self) -> _containers.RepeatedCompositeFieldContainer[Global___RecordRef]:
+        """Hits of this answer, by other authors, that overlap this one in subject without saying
+        the same (candidates for a contradiction), in (stream_id, seq) order.
+        """
+
+    def __init__(
+        self,
+        *,
+        record: Global___Record | None = ...,
+        score: _builtins.float = ...,
+        lexical_rank: _builtins.int | None = ...,
+        vector_rank: _builtins.int | None = ...,
+        conflicts_with: _abc.Iterable[Global___RecordRef] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_lexical_rank", b"_lexical_rank", "_vector_rank", b"_vector_rank", "lexical_rank", b"lexical_rank", "record", b"record", "vector_rank", b"vector_rank"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_lexical_rank", b"_lexical_rank", "_vector_rank", b"_vector_rank", "conflicts_with", b"conflicts_with", "lexical_rank", b"lexical_rank", "record", b"record", "score", b"score", "vector_rank", b"vector_rank"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__lexical_rank: _TypeAlias = _typing.Literal["lexical_rank"]  # noqa: Y015
+    _WhichOneofArgType__lexical_rank: _TypeAlias = _typing.Literal["_lexical_rank", b"_lexical_rank"]  # noqa: Y015
+    _WhichOneofReturnType__vector_rank: _TypeAlias = _typing.Literal["vector_rank"]  # noqa: Y015
+    _WhichOneofArgType__vector_rank: _TypeAlias = _typing.Literal["_vector_rank", b"_vector_rank"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__lexical_rank) -> _WhichOneofReturnType__lexical_rank | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__vector_rank) -> _WhichOneofReturnType__vector_rank | None: ...
+
+Global___SearchHit: _TypeAlias = SearchHit  # noqa: Y015
+
+@_typing.final
+class SearchResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HITS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def hits(self) -> _containers.RepeatedCompositeFieldContainer[Global___SearchHit]: ...
+    def __init__(
+        self,
+        *,
+        hits: _abc.Iterable[Global___SearchHit] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hits", b"hits"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SearchResponse: _TypeAlias = SearchResponse  # noqa: Y015

@@ -141,6 +141,11 @@ class RecallServiceStub:
                 request_serializer=cairn_dot_v1_dot_recall__pb2.RedactRequest.SerializeToString,
                 response_deserializer=cairn_dot_v1_dot_recall__pb2.RedactResponse.FromString,
                 _registered_method=True)
+        self.Search = channel.unary_unary(
+                '/cairn.v1.RecallService/Search',
+                request_serializer=cairn_dot_v1_dot_recall__pb2.SearchRequest.SerializeToString,
+                response_deserializer=cairn_dot_v1_dot_recall__pb2.SearchResponse.FromString,
+                _registered_method=True)
 
 
 class RecallServiceServicer:
@@ -327,6 +332,41 @@ class RecallServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Search(self, request, context):
+        """Searches the MESSAGE records of streams the caller may read: "what was said about X?".
+        Two projections of the log answer it (docs/search.md): a Tantivy index scored by BM25
+        over English-stemmed text (`SEARCH_MODE_LEXICAL`) and a vector index
+        (`SEARCH_MODE_VECTOR`); `SEARCH_MODE_HYBRID`, the default, fuses their min-max-normalised
+        scores. Among the top 10 hits, hits of different authors that overlap in subject without
+        saying the same are ordered by evidence (source reliability, recency, corroboration) and
+        marked with the records they conflict with; nothing is dropped. Redacted records are
+        never returned.
+
+        Scope: `stream_ids` (at most 100), each of which the caller must be allowed to Read;
+        empty means every stream the caller may read in its tenant (an agent key: the streams it
+        is attached to now; admin and service keys: all of the tenant's), at most 1000.
+
+        Freshness: the indexes follow the log asynchronously (writes never wait for them),
+        typically milliseconds behind. `min_seq` names, per stream, a seq the search must see:
+        it waits until both indexes have applied that stream through that seq, for at most the
+        server's limit (5 s by default) and never past the call's deadline, then answers
+        UNAVAILABLE. A writer passes the seq its Write returned to see its own write.
+
+        INVALID_ARGUMENT: an empty query in LEXICAL or HYBRID mode, a query over 4096 characters,
+        top_k outside 0–100, more than 100 stream_ids, a min_seq for a stream not searched or
+        outside 1..the stream's size, a reversed time range, malformed authors or tags, a
+        query_vector on a server that embeds queries itself or of the wrong dimension, no
+        query_vector for VECTOR or HYBRID on a server whose vectors come from clients.
+        NOT_FOUND / PERMISSION_DENIED: a named stream, as for Read.
+        FAILED_PRECONDITION: stream_ids is empty and the caller may read more than 1000 streams.
+        UNAVAILABLE: the indexes did not reach `min_seq` in time (the message names the stream,
+        how far its index is and the seq asked for; retry), or the vector index or the
+        embedding endpoint is unreachable.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RecallServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -409,6 +449,11 @@ def add_RecallServiceServicer_to_server(servicer, server):
                     servicer.Redact,
                     request_deserializer=cairn_dot_v1_dot_recall__pb2.RedactRequest.FromString,
                     response_serializer=cairn_dot_v1_dot_recall__pb2.RedactResponse.SerializeToString,
+            ),
+            'Search': grpc.unary_unary_rpc_method_handler(
+                    servicer.Search,
+                    request_deserializer=cairn_dot_v1_dot_recall__pb2.SearchRequest.FromString,
+                    response_serializer=cairn_dot_v1_dot_recall__pb2.SearchResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -870,6 +915,33 @@ class RecallService:
             '/cairn.v1.RecallService/Redact',
             cairn_dot_v1_dot_recall__pb2.RedactRequest.SerializeToString,
             cairn_dot_v1_dot_recall__pb2.RedactResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Search(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/cairn.v1.RecallService/Search',
+            cairn_dot_v1_dot_recall__pb2.SearchRequest.SerializeToString,
+            cairn_dot_v1_dot_recall__pb2.SearchResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -147,6 +147,37 @@ class RecallServiceStub:
     FAILED_PRECONDITION: the record is not a MESSAGE, or is redacted already.
     PERMISSION_DENIED: the caller is neither an OWNER of the stream nor a tenant admin.
     """
+    Search: _grpc.UnaryUnaryMultiCallable[_recall_pb2.SearchRequest, _recall_pb2.SearchResponse]
+    """Searches the MESSAGE records of streams the caller may read: "what was said about X?".
+    Two projections of the log answer it (docs/search.md): a Tantivy index scored by BM25
+    over English-stemmed text (`SEARCH_MODE_LEXICAL`) and a vector index
+    (`SEARCH_MODE_VECTOR`); `SEARCH_MODE_HYBRID`, the default, fuses their min-max-normalised
+    scores. Among the top 10 hits, hits of different authors that overlap in subject without
+    saying the same are ordered by evidence (source reliability, recency, corroboration) and
+    marked with the records they conflict with; nothing is dropped. Redacted records are
+    never returned.
+
+    Scope: `stream_ids` (at most 100), each of which the caller must be allowed to Read;
+    empty means every stream the caller may read in its tenant (an agent key: the streams it
+    is attached to now; admin and service keys: all of the tenant's), at most 1000.
+
+    Freshness: the indexes follow the log asynchronously (writes never wait for them),
+    typically milliseconds behind. `min_seq` names, per stream, a seq the search must see:
+    it waits until both indexes have applied that stream through that seq, for at most the
+    server's limit (5 s by default) and never past the call's deadline, then answers
+    UNAVAILABLE. A writer passes the seq its Write returned to see its own write.
+
+    INVALID_ARGUMENT: an empty query in LEXICAL or HYBRID mode, a query over 4096 characters,
+      top_k outside 0–100, more than 100 stream_ids, a min_seq for a stream not searched or
+      outside 1..the stream's size, a reversed time range, malformed authors or tags, a
+      query_vector on a server that embeds queries itself or of the wrong dimension, no
+      query_vector for VECTOR or HYBRID on a server whose vectors come from clients.
+    NOT_FOUND / PERMISSION_DENIED: a named stream, as for Read.
+    FAILED_PRECONDITION: stream_ids is empty and the caller may read more than 1000 streams.
+    UNAVAILABLE: the indexes did not reach `min_seq` in time (the message names the stream,
+      how far its index is and the seq asked for; retry), or the vector index or the
+      embedding endpoint is unreachable.
+    """
 
 @_typing.type_check_only
 class RecallServiceAsyncStub(RecallServiceStub):
@@ -266,6 +297,37 @@ class RecallServiceAsyncStub(RecallServiceStub):
     INVALID_ARGUMENT: seq outside 1..size.
     FAILED_PRECONDITION: the record is not a MESSAGE, or is redacted already.
     PERMISSION_DENIED: the caller is neither an OWNER of the stream nor a tenant admin.
+    """
+    Search: _aio.UnaryUnaryMultiCallable[_recall_pb2.SearchRequest, _recall_pb2.SearchResponse]  # type: ignore[assignment]
+    """Searches the MESSAGE records of streams the caller may read: "what was said about X?".
+    Two projections of the log answer it (docs/search.md): a Tantivy index scored by BM25
+    over English-stemmed text (`SEARCH_MODE_LEXICAL`) and a vector index
+    (`SEARCH_MODE_VECTOR`); `SEARCH_MODE_HYBRID`, the default, fuses their min-max-normalised
+    scores. Among the top 10 hits, hits of different authors that overlap in subject without
+    saying the same are ordered by evidence (source reliability, recency, corroboration) and
+    marked with the records they conflict with; nothing is dropped. Redacted records are
+    never returned.
+
+    Scope: `stream_ids` (at most 100), each of which the caller must be allowed to Read;
+    empty means every stream the caller may read in its tenant (an agent key: the streams it
+    is attached to now; admin and service keys: all of the tenant's), at most 1000.
+
+    Freshness: the indexes follow the log asynchronously (writes never wait for them),
+    typically milliseconds behind. `min_seq` names, per stream, a seq the search must see:
+    it waits until both indexes have applied that stream through that seq, for at most the
+    server's limit (5 s by default) and never past the call's deadline, then answers
+    UNAVAILABLE. A writer passes the seq its Write returned to see its own write.
+
+    INVALID_ARGUMENT: an empty query in LEXICAL or HYBRID mode, a query over 4096 characters,
+      top_k outside 0–100, more than 100 stream_ids, a min_seq for a stream not searched or
+      outside 1..the stream's size, a reversed time range, malformed authors or tags, a
+      query_vector on a server that embeds queries itself or of the wrong dimension, no
+      query_vector for VECTOR or HYBRID on a server whose vectors come from clients.
+    NOT_FOUND / PERMISSION_DENIED: a named stream, as for Read.
+    FAILED_PRECONDITION: stream_ids is empty and the caller may read more than 1000 streams.
+    UNAVAILABLE: the indexes did not reach `min_seq` in time (the message names the stream,
+      how far its index is and the seq asked for; retry), or the vector index or the
+      embedding endpoint is unreachable.
     """
 
 class RecallServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -479,6 +541,43 @@ class RecallServiceServicer(metaclass=_abc_1.ABCMeta):
         INVALID_ARGUMENT: seq outside 1..size.
         FAILED_PRECONDITION: the record is not a MESSAGE, or is redacted already.
         PERMISSION_DENIED: the caller is neither an OWNER of the stream nor a tenant admin.
+        """
+
+    @_abc_1.abstractmethod
+    def Search(
+        self,
+        request: _recall_pb2.SearchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_recall_pb2.SearchResponse, _abc.Awaitable[_recall_pb2.SearchResponse]]:
+        """Searches the MESSAGE records of streams the caller may read: "what was said about X?".
+        Two projections of the log answer it (docs/search.md): a Tantivy index scored by BM25
+        over English-stemmed text (`SEARCH_MODE_LEXICAL`) and a vector index
+        (`SEARCH_MODE_VECTOR`); `SEARCH_MODE_HYBRID`, the default, fuses their min-max-normalised
+        scores. Among the top 10 hits, hits of different authors that overlap in subject without
+        saying the same are ordered by evidence (source reliability, recency, corroboration) and
+        marked with the records they conflict with; nothing is dropped. Redacted records are
+        never returned.
+
+        Scope: `stream_ids` (at most 100), each of which the caller must be allowed to Read;
+        empty means every stream the caller may read in its tenant (an agent key: the streams it
+        is attached to now; admin and service keys: all of the tenant's), at most 1000.
+
+        Freshness: the indexes follow the log asynchronously (writes never wait for them),
+        typically milliseconds behind. `min_seq` names, per stream, a seq the search must see:
+        it waits until both indexes have applied that stream through that seq, for at most the
+        server's limit (5 s by default) and never past the call's deadline, then answers
+        UNAVAILABLE. A writer passes the seq its Write returned to see its own write.
+
+        INVALID_ARGUMENT: an empty query in LEXICAL or HYBRID mode, a query over 4096 characters,
+          top_k outside 0–100, more than 100 stream_ids, a min_seq for a stream not searched or
+          outside 1..the stream's size, a reversed time range, malformed authors or tags, a
+          query_vector on a server that embeds queries itself or of the wrong dimension, no
+          query_vector for VECTOR or HYBRID on a server whose vectors come from clients.
+        NOT_FOUND / PERMISSION_DENIED: a named stream, as for Read.
+        FAILED_PRECONDITION: stream_ids is empty and the caller may read more than 1000 streams.
+        UNAVAILABLE: the indexes did not reach `min_seq` in time (the message names the stream,
+          how far its index is and the seq asked for; retry), or the vector index or the
+          embedding endpoint is unreachable.
         """
 
 def add_RecallServiceServicer_to_server(servicer: RecallServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -179,6 +179,56 @@ export function recordKindToJSON(object: RecordKind): string {
   }
 }
 
+/** SearchMode is which projections answer a search. */
+export enum SearchMode {
+  /** SEARCH_MODE_UNSPECIFIED - The same as SEARCH_MODE_HYBRID. */
+  SEARCH_MODE_UNSPECIFIED = 0,
+  /** SEARCH_MODE_HYBRID - Both projections, fused: 0.8 x lexical + 0.2 x vector of min-max-normalised scores. */
+  SEARCH_MODE_HYBRID = 1,
+  /** SEARCH_MODE_LEXICAL - BM25 over English-stemmed text only. */
+  SEARCH_MODE_LEXICAL = 2,
+  /** SEARCH_MODE_VECTOR - Cosine similarity of embeddings only. */
+  SEARCH_MODE_VECTOR = 3,
+  UNRECOGNIZED = -1,
+}
+
+export function searchModeFromJSON(object: any): SearchMode {
+  switch (object) {
+    case 0:
+    case "SEARCH_MODE_UNSPECIFIED":
+      return SearchMode.SEARCH_MODE_UNSPECIFIED;
+    case 1:
+    case "SEARCH_MODE_HYBRID":
+      return SearchMode.SEARCH_MODE_HYBRID;
+    case 2:
+    case "SEARCH_MODE_LEXICAL":
+      return SearchMode.SEARCH_MODE_LEXICAL;
+    case 3:
+    case "SEARCH_MODE_VECTOR":
+      return SearchMode.SEARCH_MODE_VECTOR;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return SearchMode.UNRECOGNIZED;
+  }
+}
+
+export function searchModeToJSON(object: SearchMode): string {
+  switch (object) {
+    case SearchMode.SEARCH_MODE_UNSPECIFIED:
+      return "SEARCH_MODE_UNSPECIFIED";
+    case SearchMode.SEARCH_MODE_HYBRID:
+      return "SEARCH_MODE_HYBRID";
+    case SearchMode.SEARCH_MODE_LEXICAL:
+      return "SEARCH_MODE_LEXICAL";
+    case SearchMode.SEARCH_MODE_VECTOR:
+      return "SEARCH_MODE_VECTOR";
+    case SearchMode.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
 /** Stream is one append-only log. */
 export interface Stream {
   /** Chosen by the client at creation or server-assigned (`stream-<uuid>`); unique in a tenant. */
@@ -287,6 +337,13 @@ export interface WriteEntry {
    * stream returns the first record and writes nothing.
    */
   idempotencyKey: string;
+  /**
+   * The content's embedding, for a server whose vectors come from clients
+   * (`--embedder client`): exactly `--embedding-dim` finite numbers, not all zero. It feeds
+   * the vector index only; it is kept beside the record (erased with it by a redaction) but
+   * is not part of the hashed record. A server that embeds content itself refuses it.
+   */
+  vector: number[];
 }
 
 export interface CreateStreamRequest {
@@ -542,6 +599,86 @@ export interface RedactResponse {
   /** The REDACTION record. */
   record: Record | undefined;
   checkpoint: Checkpoint | undefined;
+}
+
+/** SearchFilter narrows a search; every condition given must hold. */
+export interface SearchFilter {
+  /** Only records by these authors (`source_agent_id`). */
+  sourceAgentIds: string[];
+  /** Only records whose `created_at` falls in [start, end). */
+  timeRange:
+    | TimeRange
+    | undefined;
+  /** Only records carrying at least one of these tags. */
+  tagsAny: string[];
+  /** Only records carrying all of these tags. */
+  tagsAll: string[];
+}
+
+/** RecordRef names one record. */
+export interface RecordRef {
+  streamId: string;
+  seq: bigint;
+}
+
+export interface SearchRequest {
+  /**
+   * What to look for, in words (up to 4096 characters). Optional in VECTOR mode when a
+   * query_vector is given.
+   */
+  query: string;
+  /** The streams to search (at most 100); empty: every stream the caller may read. */
+  streamIds: string[];
+  mode: SearchMode;
+  filter:
+    | SearchFilter
+    | undefined;
+  /**
+   * Per stream id, a seq the search must see (see the RPC): waits until both indexes have
+   * applied that stream through it.
+   */
+  minSeq: { [key: string]: bigint };
+  /** How many hits to return, 1–100 (0: 10). */
+  topK: number;
+  /**
+   * The query's embedding, for a server whose vectors come from clients (required there
+   * for VECTOR and HYBRID); refused by a server that embeds queries itself.
+   */
+  queryVector: number[];
+}
+
+export interface SearchRequest_MinSeqEntry {
+  key: string;
+  value: bigint;
+}
+
+/** SearchHit is one record found, best first. */
+export interface SearchHit {
+  record:
+    | Record
+    | undefined;
+  /**
+   * The fused score in HYBRID mode (0–1); the lane's own score in LEXICAL mode (BM25) and
+   * VECTOR mode (cosine similarity).
+   */
+  score: number;
+  /** The record's 1-based rank in the lexical lane; absent when that lane did not return it. */
+  lexicalRank?:
+    | number
+    | undefined;
+  /** The record's 1-based rank in the vector lane; absent when that lane did not return it. */
+  vectorRank?:
+    | number
+    | undefined;
+  /**
+   * Hits of this answer, by other authors, that overlap this one in subject without saying
+   * the same (candidates for a contradiction), in (stream_id, seq) order.
+   */
+  conflictsWith: RecordRef[];
+}
+
+export interface SearchResponse {
+  hits: SearchHit[];
 }
 
 function createBaseStream(): Stream {
@@ -1550,7 +1687,7 @@ export const Checkpoint: MessageFns<Checkpoint> = {
 };
 
 function createBaseWriteEntry(): WriteEntry {
-  return { sourceAgentId: "", content: "", tags: [], metadataJson: "", idempotencyKey: "" };
+  return { sourceAgentId: "", content: "", tags: [], metadataJson: "", idempotencyKey: "", vector: [] };
 }
 
 export const WriteEntry: MessageFns<WriteEntry> = {
@@ -1569,6 +1706,13 @@ export const WriteEntry: MessageFns<WriteEntry> = {
     }
     if (message.idempotencyKey !== "") {
       writer.uint32(42).string(message.idempotencyKey);
+    }
+    if (message.vector.length !== 0) {
+      writer.uint32(50).fork();
+      for (const v of message.vector) {
+        writer.float(v);
+      }
+      writer.join();
     }
     return writer;
   },
@@ -1626,6 +1770,24 @@ export const WriteEntry: MessageFns<WriteEntry> = {
             message.idempotencyKey = reader.string();
             continue;
           }
+          case 6: {
+            if (tag === 53) {
+              message.vector.push(reader.float());
+
+              continue;
+            }
+
+            if (tag === 50) {
+              const end2 = reader.uint32() + reader.pos;
+              while (reader.pos < end2) {
+                message.vector.push(reader.float());
+              }
+
+              continue;
+            }
+
+            break;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1657,6 +1819,7 @@ export const WriteEntry: MessageFns<WriteEntry> = {
         : isSet(object.idempotency_key)
         ? globalThis.String(object.idempotency_key)
         : "",
+      vector: globalThis.Array.isArray(object?.vector) ? object.vector.map((e: any) => globalThis.Number(e)) : [],
     };
   },
 
@@ -1677,6 +1840,9 @@ export const WriteEntry: MessageFns<WriteEntry> = {
     if (message.idempotencyKey !== "") {
       obj.idempotencyKey = message.idempotencyKey;
     }
+    if (message.vector?.length) {
+      obj.vector = message.vector.map((e) => floatToJson(e));
+    }
     return obj;
   },
 
@@ -1690,6 +1856,7 @@ export const WriteEntry: MessageFns<WriteEntry> = {
     message.tags = object.tags?.map((e) => e) || [];
     message.metadataJson = object.metadataJson ?? "";
     message.idempotencyKey = object.idempotencyKey ?? "";
+    message.vector = object.vector?.map((e) => e) || [];
     return message;
   },
 };
@@ -5372,6 +5539,771 @@ export const RedactResponse: MessageFns<RedactResponse> = {
   },
 };
 
+function createBaseSearchFilter(): SearchFilter {
+  return { sourceAgentIds: [], timeRange: undefined, tagsAny: [], tagsAll: [] };
+}
+
+export const SearchFilter: MessageFns<SearchFilter> = {
+  encode(message: SearchFilter, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.sourceAgentIds) {
+      writer.uint32(10).string(v!);
+    }
+    if (message.timeRange !== undefined) {
+      TimeRange.encode(message.timeRange, writer.uint32(18).fork()).join();
+    }
+    for (const v of message.tagsAny) {
+      writer.uint32(26).string(v!);
+    }
+    for (const v of message.tagsAll) {
+      writer.uint32(34).string(v!);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SearchFilter {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSearchFilter();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sourceAgentIds.push(reader.string());
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.timeRange = TimeRange.decode(reader, reader.uint32());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.tagsAny.push(reader.string());
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.tagsAll.push(reader.string());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SearchFilter {
+    return {
+      sourceAgentIds: globalThis.Array.isArray(object?.sourceAgentIds)
+        ? object.sourceAgentIds.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.source_agent_ids)
+        ? object.source_agent_ids.map((e: any) => globalThis.String(e))
+        : [],
+      timeRange: isSet(object.timeRange)
+        ? TimeRange.fromJSON(object.timeRange)
+        : isSet(object.time_range)
+        ? TimeRange.fromJSON(object.time_range)
+        : undefined,
+      tagsAny: globalThis.Array.isArray(object?.tagsAny)
+        ? object.tagsAny.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.tags_any)
+        ? object.tags_any.map((e: any) => globalThis.String(e))
+        : [],
+      tagsAll: globalThis.Array.isArray(object?.tagsAll)
+        ? object.tagsAll.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.tags_all)
+        ? object.tags_all.map((e: any) => globalThis.String(e))
+        : [],
+    };
+  },
+
+  toJSON(message: SearchFilter): unknown {
+    const obj: any = {};
+    if (message.sourceAgentIds?.length) {
+      obj.sourceAgentIds = message.sourceAgentIds;
+    }
+    if (message.timeRange !== undefined) {
+      obj.timeRange = TimeRange.toJSON(message.timeRange);
+    }
+    if (message.tagsAny?.length) {
+      obj.tagsAny = message.tagsAny;
+    }
+    if (message.tagsAll?.length) {
+      obj.tagsAll = message.tagsAll;
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<SearchFilter>): SearchFilter {
+    return SearchFilter.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<SearchFilter>): SearchFilter {
+    const message = createBaseSearchFilter();
+    message.sourceAgentIds = object.sourceAgentIds?.map((e) => e) || [];
+    message.timeRange = (object.timeRange !== undefined && object.timeRange !== null)
+      ? TimeRange.fromPartial(object.timeRange)
+      : undefined;
+    message.tagsAny = object.tagsAny?.map((e) => e) || [];
+    message.tagsAll = object.tagsAll?.map((e) => e) || [];
+    return message;
+  },
+};
+
+function createBaseRecordRef(): RecordRef {
+  return { streamId: "", seq: 0n };
+}
+
+export const RecordRef: MessageFns<RecordRef> = {
+  encode(message: RecordRef, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.streamId !== "") {
+      writer.uint32(10).string(message.streamId);
+    }
+    if (message.seq !== 0n) {
+      if (BigInt.asIntN(64, message.seq) !== message.seq) {
+        throw new globalThis.Error("value provided for field message.seq of type int64 too large");
+      }
+      writer.uint32(16).int64(message.seq);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RecordRef {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRecordRef();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.streamId = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.seq = reader.int64() as bigint;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RecordRef {
+    return {
+      streamId: isSet(object.streamId)
+        ? globalThis.String(object.streamId)
+        : isSet(object.stream_id)
+        ? globalThis.String(object.stream_id)
+        : "",
+      seq: isSet(object.seq) ? BigInt(object.seq) : 0n,
+    };
+  },
+
+  toJSON(message: RecordRef): unknown {
+    const obj: any = {};
+    if (message.streamId !== "") {
+      obj.streamId = message.streamId;
+    }
+    if (message.seq !== 0n) {
+      obj.seq = message.seq.toString();
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<RecordRef>): RecordRef {
+    return RecordRef.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<RecordRef>): RecordRef {
+    const message = createBaseRecordRef();
+    message.streamId = object.streamId ?? "";
+    message.seq = (object.seq !== undefined && object.seq !== null) ? BigInt(object.seq) : 0n;
+    return message;
+  },
+};
+
+function createBaseSearchRequest(): SearchRequest {
+  return { query: "", streamIds: [], mode: 0, filter: undefined, minSeq: {}, topK: 0, queryVector: [] };
+}
+
+export const SearchRequest: MessageFns<SearchRequest> = {
+  encode(message: SearchRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.query !== "") {
+      writer.uint32(10).string(message.query);
+    }
+    for (const v of message.streamIds) {
+      writer.uint32(18).string(v!);
+    }
+    if (message.mode !== 0) {
+      writer.uint32(24).int32(message.mode);
+    }
+    if (message.filter !== undefined) {
+      SearchFilter.encode(message.filter, writer.uint32(34).fork()).join();
+    }
+    globalThis.Object.entries(message.minSeq).forEach(([key, value]: [string, bigint]) => {
+      SearchRequest_MinSeqEntry.encode({ key: key as any, value }, writer.uint32(42).fork()).join();
+    });
+    if (message.topK !== 0) {
+      writer.uint32(48).int32(message.topK);
+    }
+    if (message.queryVector.length !== 0) {
+      writer.uint32(58).fork();
+      for (const v of message.queryVector) {
+        writer.float(v);
+      }
+      writer.join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SearchRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSearchRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.query = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.streamIds.push(reader.string());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.mode = reader.int32() as any;
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.filter = SearchFilter.decode(reader, reader.uint32());
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            const entry5 = SearchRequest_MinSeqEntry.decode(reader, reader.uint32());
+            if (entry5.value !== undefined) {
+              message.minSeq[entry5.key] = entry5.value;
+            }
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.topK = reader.int32();
+            continue;
+          }
+          case 7: {
+            if (tag === 61) {
+              message.queryVector.push(reader.float());
+
+              continue;
+            }
+
+            if (tag === 58) {
+              const end2 = reader.uint32() + reader.pos;
+              while (reader.pos < end2) {
+                message.queryVector.push(reader.float());
+              }
+
+              continue;
+            }
+
+            break;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SearchRequest {
+    return {
+      query: isSet(object.query) ? globalThis.String(object.query) : "",
+      streamIds: globalThis.Array.isArray(object?.streamIds)
+        ? object.streamIds.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.stream_ids)
+        ? object.stream_ids.map((e: any) => globalThis.String(e))
+        : [],
+      mode: isSet(object.mode) ? searchModeFromJSON(object.mode) : 0,
+      filter: isSet(object.filter) ? SearchFilter.fromJSON(object.filter) : undefined,
+      minSeq: isObject(object.minSeq)
+        ? (globalThis.Object.entries(object.minSeq) as [string, any][]).reduce(
+          (acc: { [key: string]: bigint }, [key, value]: [string, any]) => {
+            globalThis.Object.defineProperty(acc, key, {
+              value: BigInt(value as string | number | bigint | boolean),
+              enumerable: true,
+              configurable: true,
+              writable: true,
+            });
+            return acc;
+          },
+          {},
+        )
+        : isObject(object.min_seq)
+        ? (globalThis.Object.entries(object.min_seq) as [string, any][]).reduce(
+          (acc: { [key: string]: bigint }, [key, value]: [string, any]) => {
+            globalThis.Object.defineProperty(acc, key, {
+              value: BigInt(value as string | number | bigint | boolean),
+              enumerable: true,
+              configurable: true,
+              writable: true,
+            });
+            return acc;
+          },
+          {},
+        )
+        : {},
+      topK: isSet(object.topK)
+        ? globalThis.Number(object.topK)
+        : isSet(object.top_k)
+        ? globalThis.Number(object.top_k)
+        : 0,
+      queryVector: globalThis.Array.isArray(object?.queryVector)
+        ? object.queryVector.map((e: any) => globalThis.Number(e))
+        : globalThis.Array.isArray(object?.query_vector)
+        ? object.query_vector.map((e: any) => globalThis.Number(e))
+        : [],
+    };
+  },
+
+  toJSON(message: SearchRequest): unknown {
+    const obj: any = {};
+    if (message.query !== "") {
+      obj.query = message.query;
+    }
+    if (message.streamIds?.length) {
+      obj.streamIds = message.streamIds;
+    }
+    if (message.mode !== 0) {
+      obj.mode = searchModeToJSON(message.mode);
+    }
+    if (message.filter !== undefined) {
+      obj.filter = SearchFilter.toJSON(message.filter);
+    }
+    if (message.minSeq) {
+      const entries = globalThis.Object.entries(message.minSeq) as [string, bigint][];
+      if (entries.length > 0) {
+        obj.minSeq = {};
+        entries.forEach(([k, v]) => {
+          obj.minSeq[k] = v.toString();
+        });
+      }
+    }
+    if (message.topK !== 0) {
+      obj.topK = Math.round(message.topK);
+    }
+    if (message.queryVector?.length) {
+      obj.queryVector = message.queryVector.map((e) => floatToJson(e));
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<SearchRequest>): SearchRequest {
+    return SearchRequest.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<SearchRequest>): SearchRequest {
+    const message = createBaseSearchRequest();
+    message.query = object.query ?? "";
+    message.streamIds = object.streamIds?.map((e) => e) || [];
+    message.mode = object.mode ?? 0;
+    message.filter = (object.filter !== undefined && object.filter !== null)
+      ? SearchFilter.fromPartial(object.filter)
+      : undefined;
+    message.minSeq = (globalThis.Object.entries(object.minSeq ?? {}) as [string, bigint][]).reduce(
+      (acc: { [key: string]: bigint }, [key, value]: [string, bigint]) => {
+        if (value !== undefined) {
+          acc[key] = BigInt(value as string | number | bigint | boolean);
+        }
+        return acc;
+      },
+      {},
+    );
+    message.topK = object.topK ?? 0;
+    message.queryVector = object.queryVector?.map((e) => e) || [];
+    return message;
+  },
+};
+
+function createBaseSearchRequest_MinSeqEntry(): SearchRequest_MinSeqEntry {
+  return { key: "", value: 0n };
+}
+
+export const SearchRequest_MinSeqEntry: MessageFns<SearchRequest_MinSeqEntry> = {
+  encode(message: SearchRequest_MinSeqEntry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.key !== "") {
+      writer.uint32(10).string(message.key);
+    }
+    if (message.value !== 0n) {
+      if (BigInt.asIntN(64, message.value) !== message.value) {
+        throw new globalThis.Error("value provided for field message.value of type int64 too large");
+      }
+      writer.uint32(16).int64(message.value);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SearchRequest_MinSeqEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSearchRequest_MinSeqEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.value = reader.int64() as bigint;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SearchRequest_MinSeqEntry {
+    return {
+      key: isSet(object.key) ? globalThis.String(object.key) : "",
+      value: isSet(object.value) ? BigInt(object.value) : 0n,
+    };
+  },
+
+  toJSON(message: SearchRequest_MinSeqEntry): unknown {
+    const obj: any = {};
+    if (message.key !== "") {
+      obj.key = message.key;
+    }
+    if (message.value !== 0n) {
+      obj.value = message.value.toString();
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<SearchRequest_MinSeqEntry>): SearchRequest_MinSeqEntry {
+    return SearchRequest_MinSeqEntry.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<SearchRequest_MinSeqEntry>): SearchRequest_MinSeqEntry {
+    const message = createBaseSearchRequest_MinSeqEntry();
+    message.key = object.key ?? "";
+    message.value = (object.value !== undefined && object.value !== null) ? BigInt(object.value) : 0n;
+    return message;
+  },
+};
+
+function createBaseSearchHit(): SearchHit {
+  return { record: undefined, score: 0, lexicalRank: undefined, vectorRank: undefined, conflictsWith: [] };
+}
+
+export const SearchHit: MessageFns<SearchHit> = {
+  encode(message: SearchHit, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.record !== undefined) {
+      Record.encode(message.record, writer.uint32(10).fork()).join();
+    }
+    if (message.score !== 0) {
+      writer.uint32(17).double(message.score);
+    }
+    if (message.lexicalRank !== undefined) {
+      writer.uint32(24).int32(message.lexicalRank);
+    }
+    if (message.vectorRank !== undefined) {
+      writer.uint32(32).int32(message.vectorRank);
+    }
+    for (const v of message.conflictsWith) {
+      RecordRef.encode(v!, writer.uint32(42).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SearchHit {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSearchHit();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.record = Record.decode(reader, reader.uint32());
+            continue;
+          }
+          case 2: {
+            if (tag !== 17) {
+              break;
+            }
+
+            message.score = reader.double();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.lexicalRank = reader.int32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.vectorRank = reader.int32();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.conflictsWith.push(RecordRef.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SearchHit {
+    return {
+      record: isSet(object.record) ? Record.fromJSON(object.record) : undefined,
+      score: isSet(object.score) ? globalThis.Number(object.score) : 0,
+      lexicalRank: isSet(object.lexicalRank)
+        ? globalThis.Number(object.lexicalRank)
+        : isSet(object.lexical_rank)
+        ? globalThis.Number(object.lexical_rank)
+        : undefined,
+      vectorRank: isSet(object.vectorRank)
+        ? globalThis.Number(object.vectorRank)
+        : isSet(object.vector_rank)
+        ? globalThis.Number(object.vector_rank)
+        : undefined,
+      conflictsWith: globalThis.Array.isArray(object?.conflictsWith)
+        ? object.conflictsWith.map((e: any) => RecordRef.fromJSON(e))
+        : globalThis.Array.isArray(object?.conflicts_with)
+        ? object.conflicts_with.map((e: any) => RecordRef.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: SearchHit): unknown {
+    const obj: any = {};
+    if (message.record !== undefined) {
+      obj.record = Record.toJSON(message.record);
+    }
+    if (message.score !== 0) {
+      obj.score = floatToJson(message.score);
+    }
+    if (message.lexicalRank !== undefined) {
+      obj.lexicalRank = Math.round(message.lexicalRank);
+    }
+    if (message.vectorRank !== undefined) {
+      obj.vectorRank = Math.round(message.vectorRank);
+    }
+    if (message.conflictsWith?.length) {
+      obj.conflictsWith = message.conflictsWith.map((e) => RecordRef.toJSON(e));
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<SearchHit>): SearchHit {
+    return SearchHit.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<SearchHit>): SearchHit {
+    const message = createBaseSearchHit();
+    message.record = (object.record !== undefined && object.record !== null)
+      ? Record.fromPartial(object.record)
+      : undefined;
+    message.score = object.score ?? 0;
+    message.lexicalRank = object.lexicalRank ?? undefined;
+    message.vectorRank = object.vectorRank ?? undefined;
+    message.conflictsWith = object.conflictsWith?.map((e) => RecordRef.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseSearchResponse(): SearchResponse {
+  return { hits: [] };
+}
+
+export const SearchResponse: MessageFns<SearchResponse> = {
+  encode(message: SearchResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.hits) {
+      SearchHit.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SearchResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSearchResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.hits.push(SearchHit.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): SearchResponse {
+    return { hits: globalThis.Array.isArray(object?.hits) ? object.hits.map((e: any) => SearchHit.fromJSON(e)) : [] };
+  },
+
+  toJSON(message: SearchResponse): unknown {
+    const obj: any = {};
+    if (message.hits?.length) {
+      obj.hits = message.hits.map((e) => SearchHit.toJSON(e));
+    }
+    return obj;
+  },
+
+  create(base?: DeepPartial<SearchResponse>): SearchResponse {
+    return SearchResponse.fromPartial(base ?? {});
+  },
+  fromPartial(object: DeepPartial<SearchResponse>): SearchResponse {
+    const message = createBaseSearchResponse();
+    message.hits = object.hits?.map((e) => SearchHit.fromPartial(e)) || [];
+    return message;
+  },
+};
+
 /**
  * RecallService keeps append-only, hash-chained record streams that several agents share
  * (DESIGN.md §4): participants with roles, authenticated authorship, signed checkpoints and
@@ -5615,6 +6547,45 @@ export const RecallServiceDefinition = {
       requestType: RedactRequest as typeof RedactRequest,
       requestStream: false,
       responseType: RedactResponse as typeof RedactResponse,
+      responseStream: false,
+      options: {},
+    },
+    /**
+     * Searches the MESSAGE records of streams the caller may read: "what was said about X?".
+     * Two projections of the log answer it (docs/search.md): a Tantivy index scored by BM25
+     * over English-stemmed text (`SEARCH_MODE_LEXICAL`) and a vector index
+     * (`SEARCH_MODE_VECTOR`); `SEARCH_MODE_HYBRID`, the default, fuses their min-max-normalised
+     * scores. Among the top 10 hits, hits of different authors that overlap in subject without
+     * saying the same are ordered by evidence (source reliability, recency, corroboration) and
+     * marked with the records they conflict with; nothing is dropped. Redacted records are
+     * never returned.
+     *
+     * Scope: `stream_ids` (at most 100), each of which the caller must be allowed to Read;
+     * empty means every stream the caller may read in its tenant (an agent key: the streams it
+     * is attached to now; admin and service keys: all of the tenant's), at most 1000.
+     *
+     * Freshness: the indexes follow the log asynchronously (writes never wait for them),
+     * typically milliseconds behind. `min_seq` names, per stream, a seq the search must see:
+     * it waits until both indexes have applied that stream through that seq, for at most the
+     * server's limit (5 s by default) and never past the call's deadline, then answers
+     * UNAVAILABLE. A writer passes the seq its Write returned to see its own write.
+     *
+     * INVALID_ARGUMENT: an empty query in LEXICAL or HYBRID mode, a query over 4096 characters,
+     *   top_k outside 0–100, more than 100 stream_ids, a min_seq for a stream not searched or
+     *   outside 1..the stream's size, a reversed time range, malformed authors or tags, a
+     *   query_vector on a server that embeds queries itself or of the wrong dimension, no
+     *   query_vector for VECTOR or HYBRID on a server whose vectors come from clients.
+     * NOT_FOUND / PERMISSION_DENIED: a named stream, as for Read.
+     * FAILED_PRECONDITION: stream_ids is empty and the caller may read more than 1000 streams.
+     * UNAVAILABLE: the indexes did not reach `min_seq` in time (the message names the stream,
+     *   how far its index is and the seq asked for; retry), or the vector index or the
+     *   embedding endpoint is unreachable.
+     */
+    search: {
+      name: "Search",
+      requestType: SearchRequest as typeof SearchRequest,
+      requestStream: false,
+      responseType: SearchResponse as typeof SearchResponse,
       responseStream: false,
       options: {},
     },
@@ -5892,6 +6863,46 @@ export const RecallServiceService = {
     responseSerialize: (value: RedactResponse): Buffer => Buffer.from(RedactResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): RedactResponse => RedactResponse.decode(value),
   },
+  /**
+   * Searches the MESSAGE records of streams the caller may read: "what was said about X?".
+   * Two projections of the log answer it (docs/search.md): a Tantivy index scored by BM25
+   * over English-stemmed text (`SEARCH_MODE_LEXICAL`) and a vector index
+   * (`SEARCH_MODE_VECTOR`); `SEARCH_MODE_HYBRID`, the default, fuses their min-max-normalised
+   * scores. Among the top 10 hits, hits of different authors that overlap in subject without
+   * saying the same are ordered by evidence (source reliability, recency, corroboration) and
+   * marked with the records they conflict with; nothing is dropped. Redacted records are
+   * never returned.
+   *
+   * Scope: `stream_ids` (at most 100), each of which the caller must be allowed to Read;
+   * empty means every stream the caller may read in its tenant (an agent key: the streams it
+   * is attached to now; admin and service keys: all of the tenant's), at most 1000.
+   *
+   * Freshness: the indexes follow the log asynchronously (writes never wait for them),
+   * typically milliseconds behind. `min_seq` names, per stream, a seq the search must see:
+   * it waits until both indexes have applied that stream through that seq, for at most the
+   * server's limit (5 s by default) and never past the call's deadline, then answers
+   * UNAVAILABLE. A writer passes the seq its Write returned to see its own write.
+   *
+   * INVALID_ARGUMENT: an empty query in LEXICAL or HYBRID mode, a query over 4096 characters,
+   *   top_k outside 0–100, more than 100 stream_ids, a min_seq for a stream not searched or
+   *   outside 1..the stream's size, a reversed time range, malformed authors or tags, a
+   *   query_vector on a server that embeds queries itself or of the wrong dimension, no
+   *   query_vector for VECTOR or HYBRID on a server whose vectors come from clients.
+   * NOT_FOUND / PERMISSION_DENIED: a named stream, as for Read.
+   * FAILED_PRECONDITION: stream_ids is empty and the caller may read more than 1000 streams.
+   * UNAVAILABLE: the indexes did not reach `min_seq` in time (the message names the stream,
+   *   how far its index is and the seq asked for; retry), or the vector index or the
+   *   embedding endpoint is unreachable.
+   */
+  search: {
+    path: "/cairn.v1.RecallService/Search" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: SearchRequest): Buffer => Buffer.from(SearchRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): SearchRequest => SearchRequest.decode(value),
+    responseSerialize: (value: SearchResponse): Buffer => Buffer.from(SearchResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): SearchResponse => SearchResponse.decode(value),
+  },
 } as const;
 
 export interface RecallServiceServer extends UntypedServiceImplementation {
@@ -5995,6 +7006,38 @@ export interface RecallServiceServer extends UntypedServiceImplementation {
    * PERMISSION_DENIED: the caller is neither an OWNER of the stream nor a tenant admin.
    */
   redact: handleUnaryCall<RedactRequest, RedactResponse>;
+  /**
+   * Searches the MESSAGE records of streams the caller may read: "what was said about X?".
+   * Two projections of the log answer it (docs/search.md): a Tantivy index scored by BM25
+   * over English-stemmed text (`SEARCH_MODE_LEXICAL`) and a vector index
+   * (`SEARCH_MODE_VECTOR`); `SEARCH_MODE_HYBRID`, the default, fuses their min-max-normalised
+   * scores. Among the top 10 hits, hits of different authors that overlap in subject without
+   * saying the same are ordered by evidence (source reliability, recency, corroboration) and
+   * marked with the records they conflict with; nothing is dropped. Redacted records are
+   * never returned.
+   *
+   * Scope: `stream_ids` (at most 100), each of which the caller must be allowed to Read;
+   * empty means every stream the caller may read in its tenant (an agent key: the streams it
+   * is attached to now; admin and service keys: all of the tenant's), at most 1000.
+   *
+   * Freshness: the indexes follow the log asynchronously (writes never wait for them),
+   * typically milliseconds behind. `min_seq` names, per stream, a seq the search must see:
+   * it waits until both indexes have applied that stream through that seq, for at most the
+   * server's limit (5 s by default) and never past the call's deadline, then answers
+   * UNAVAILABLE. A writer passes the seq its Write returned to see its own write.
+   *
+   * INVALID_ARGUMENT: an empty query in LEXICAL or HYBRID mode, a query over 4096 characters,
+   *   top_k outside 0–100, more than 100 stream_ids, a min_seq for a stream not searched or
+   *   outside 1..the stream's size, a reversed time range, malformed authors or tags, a
+   *   query_vector on a server that embeds queries itself or of the wrong dimension, no
+   *   query_vector for VECTOR or HYBRID on a server whose vectors come from clients.
+   * NOT_FOUND / PERMISSION_DENIED: a named stream, as for Read.
+   * FAILED_PRECONDITION: stream_ids is empty and the caller may read more than 1000 streams.
+   * UNAVAILABLE: the indexes did not reach `min_seq` in time (the message names the stream,
+   *   how far its index is and the seq asked for; retry), or the vector index or the
+   *   embedding endpoint is unreachable.
+   */
+  search: handleUnaryCall<SearchRequest, SearchResponse>;
 }
 
 export interface RecallServiceClient extends Client {
@@ -6319,6 +7362,52 @@ export interface RecallServiceClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: RedactResponse) => void,
   ): ClientUnaryCall;
+  /**
+   * Searches the MESSAGE records of streams the caller may read: "what was said about X?".
+   * Two projections of the log answer it (docs/search.md): a Tantivy index scored by BM25
+   * over English-stemmed text (`SEARCH_MODE_LEXICAL`) and a vector index
+   * (`SEARCH_MODE_VECTOR`); `SEARCH_MODE_HYBRID`, the default, fuses their min-max-normalised
+   * scores. Among the top 10 hits, hits of different authors that overlap in subject without
+   * saying the same are ordered by evidence (source reliability, recency, corroboration) and
+   * marked with the records they conflict with; nothing is dropped. Redacted records are
+   * never returned.
+   *
+   * Scope: `stream_ids` (at most 100), each of which the caller must be allowed to Read;
+   * empty means every stream the caller may read in its tenant (an agent key: the streams it
+   * is attached to now; admin and service keys: all of the tenant's), at most 1000.
+   *
+   * Freshness: the indexes follow the log asynchronously (writes never wait for them),
+   * typically milliseconds behind. `min_seq` names, per stream, a seq the search must see:
+   * it waits until both indexes have applied that stream through that seq, for at most the
+   * server's limit (5 s by default) and never past the call's deadline, then answers
+   * UNAVAILABLE. A writer passes the seq its Write returned to see its own write.
+   *
+   * INVALID_ARGUMENT: an empty query in LEXICAL or HYBRID mode, a query over 4096 characters,
+   *   top_k outside 0–100, more than 100 stream_ids, a min_seq for a stream not searched or
+   *   outside 1..the stream's size, a reversed time range, malformed authors or tags, a
+   *   query_vector on a server that embeds queries itself or of the wrong dimension, no
+   *   query_vector for VECTOR or HYBRID on a server whose vectors come from clients.
+   * NOT_FOUND / PERMISSION_DENIED: a named stream, as for Read.
+   * FAILED_PRECONDITION: stream_ids is empty and the caller may read more than 1000 streams.
+   * UNAVAILABLE: the indexes did not reach `min_seq` in time (the message names the stream,
+   *   how far its index is and the seq asked for; retry), or the vector index or the
+   *   embedding endpoint is unreachable.
+   */
+  search(
+    request: SearchRequest,
+    callback: (error: ServiceError | null, response: SearchResponse) => void,
+  ): ClientUnaryCall;
+  search(
+    request: SearchRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: SearchResponse) => void,
+  ): ClientUnaryCall;
+  search(
+    request: SearchRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: SearchResponse) => void,
+  ): ClientUnaryCall;
 }
 
 export const RecallServiceClient = makeGenericClientConstructor(
@@ -6381,6 +7470,10 @@ function fromJsonTimestamp(o: any): Timestamp {
   } else {
     return Timestamp.fromJSON(o);
   }
+}
+
+function isObject(value: any): boolean {
+  return typeof value === "object" && value !== null;
 }
 
 function isSet(value: any): boolean {

@@ -1,0 +1,270 @@
+"""The indexer: tails the log into the search projections, on a thread of its own.
+
+Writes never wait for it: a write returns once the log has committed, and the store's
+`on_append` only wakes the indexer. The indexer finds where the log has grown — the streams
+whose last record is recent (`changed_streams`, a cheap indexed query), every stream at
+start and every `full_scan_seconds` — and applies each stream from the lower of its two
+lanes' markers, in batches of about `batch_records` records across streams, each read in one
+snapshot of the log. On PostgreSQL other replicas append to the same log; their writes are
+found by the same query every `poll_seconds`, and a search that names a `min_seq` asks for
+its streams at once (`want`).
+
+A failure (the vector server unreachable, a full disk) is logged and retried after a pause;
+the lag metrics grow meanwhile, and writes are not affected.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from cairn_server.metrics import Metrics
+from recall_service.index_plan import index_key, plan
+from recall_service.index_reads import read_slice
+from recall_service.models import Record, Stream
+from recall_service.projection_set import Projections
+from recall_service.store.base import LogStore
+
+log = logging.getLogger("cairn.recall.indexer")
+
+# A stream's last time may be behind the newest time seen by up to this much (replicas'
+# clocks differ; a slow transaction commits late): the tail query looks back this far.
+TAIL_SLACK_US = 10_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class IndexerSettings:
+    """How the indexer paces itself.
+
+    `optimize_after` / `optimize_idle_seconds`: with an in-process vector index that builds
+    its search graph on request (Qdrant Edge), build it once that many records arrived since
+    the last build and the log has been quiet that long (0 turns it off).
+    """
+
+    batch_records: int = 1024
+    poll_seconds: float = 0.25
+    full_scan_seconds: float = 30.0
+    retry_seconds: float = 1.0
+    optimize_after: int = 20_000
+    optimize_idle_seconds: float = 2.0
+
+
+class Indexer:
+    """Keeps the projections caught up with the log (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: LogStore,
+        projections: Projections,
+        settings: IndexerSettings | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.store = store
+        self.projections = projections
+        self.settings = settings or IndexerSettings()
+        self.metrics = metrics
+        self._streams: dict[str, Stream] = {}  # by index key, as last read from the log
+        self._applied: dict[str, int] = {}
+        self._wanted: dict[str, Stream] = {}
+        self._wanted_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._listeners: list[Callable[[], None]] = []
+        self._watermark = 0  # the newest last_time seen, µs
+        self._last_full_scan = float("-inf")
+        self._last_write = time.monotonic()
+        self._unoptimized = 0
+        self._lag_checked = 0.0
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Starts the background thread."""
+        self._thread = threading.Thread(target=self._loop, name="cairn-indexer", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Finishes the batch in hand and stops the thread."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    # -- signals from the rest of the server ----------------------------------------------
+
+    def notify(self, records: Sequence[Record]) -> None:
+        """Called by the store after a commit: wake up (never blocks the writer)."""
+        self._last_write = time.monotonic()
+        self._wake.set()
+
+    def want(self, streams: Iterable[Stream]) -> None:
+        """Index these streams (as read from the log just now) before anything else."""
+        with self._wanted_lock:
+            for stream in streams:
+                self._wanted[index_key(stream.tenant, stream.id)] = stream
+        self._wake.set()
+
+    def add_listener(self, callback: Callable[[], None]) -> None:
+        """Calls `callback` (on the indexer thread) after every applied batch."""
+        self._listeners.append(callback)
+
+    def applied(self, tenant: str, stream_id: str) -> int:
+        """The seq through which both indexes hold the stream."""
+        key = index_key(tenant, stream_id)
+        found = self._applied.get(key)
+        if found is None:
+            found = self._applied[key] = self.projections.applied(key)
+        return found
+
+    # -- the work -------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.settings.poll_seconds)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self.run_once()
+                self._maybe_optimize()
+            except Exception:
+                log.exception("indexing failed; retrying")
+                self._stop.wait(self.settings.retry_seconds)
+
+    def run_once(self) -> int:
+        """Finds where the log grew and applies it all; returns the records applied."""
+        now = time.monotonic()
+        full = now - self._last_full_scan >= self.settings.full_scan_seconds
+        since = 0 if full else max(0, self._watermark - TAIL_SLACK_US)
+        changed = self.store.reader().changed_streams(since)
+        if full:
+            self._last_full_scan = now
+        self.track(changed)
+        for stream in changed:
+            self._watermark = max(self._watermark, stream.last_time)
+        return self.drain()
+
+    def drain(self, progress: Callable[[int], None] | None = None) -> int:
+        """Applies every known stream up to the size last read; returns records applied."""
+        total = 0
+        while not self._stop.is_set():
+            with self._wanted_lock:
+                wanted, self._wanted = self._wanted, {}
+            self.track(wanted.values())
+            work = self._behind(wanted)
+            if not work:
+                break
+            total += self._apply(work)
+            if progress is not None:
+                progress(total)
+            self._update_lag()
+        self._update_lag()
+        return total
+
+    def track(self, streams: Iterable[Stream]) -> None:
+        """Makes these streams known as read from the log (the larger size wins)."""
+        for stream in streams:
+            key = index_key(stream.tenant, stream.id)
+            known = self._streams.get(key)
+            if known is None or known.size <= stream.size:
+                self._streams[key] = stream
+
+    def forget_progress(self) -> None:
+        """Drops what is known of the markers (after the indexes were reset)."""
+        self._applied.clear()
+
+    def _behind(self, first: Mapping[str, Stream]) -> list[tuple[Stream, int, int]]:
+        """(stream, first seq, last seq) for one batch, wanted streams first."""
+        budget = self.settings.batch_records
+        out = []
+        order = [*first, *(k for k in self._streams if k not in first)]
+        for key in order:
+            stream = self._streams[key]
+            done = self.applied(stream.tenant, stream.id)
+            if stream.size <= done:
+                continue
+            last = min(stream.size, done + budget)
+            out.append((stream, done + 1, last))
+            budget -= last - done
+            if budget <= 0:
+                break
+        return out
+
+    def _apply(self, work: list[tuple[Stream, int, int]]) -> int:
+        settings = self.projections.text
+        with_vectors = self.projections.client_vectors is not None
+        with self.store.snapshot() as reader:
+            slices = [
+                read_slice(reader, stream, first, last, settings, with_vectors)
+                for stream, first, last in work
+            ]
+        batch = plan(slices, settings)
+        done = self.projections.apply(batch)
+        for key, seq in batch.marks.items():
+            self._applied[key] = seq
+        self._unoptimized += done.vectors
+        if self.metrics is not None and done.embedded:
+            name = self.projections.embedder.name
+            self.metrics.embedded_texts.labels(name).inc(done.embedded)
+            self.metrics.embedding_seconds.labels(name).inc(done.embedding_seconds)
+        for listener in self._listeners:
+            listener()
+        return sum(last - first + 1 for _, first, last in work)
+
+    def _maybe_optimize(self) -> None:
+        """Builds the vector index's search graph when the log has been quiet a while."""
+        optimize = getattr(self.projections.vectors, "optimize", None)
+        s = self.settings
+        if (
+            optimize is None
+            or not s.optimize_after
+            or self._unoptimized < s.optimize_after
+            or time.monotonic() - self._last_write < s.optimize_idle_seconds
+        ):
+            return
+        started = time.perf_counter()
+        optimize()
+        log.info(
+            "vector index optimized",
+            extra={"points": self._unoptimized, "seconds": round(time.perf_counter() - started, 2)},
+        )
+        self._unoptimized = 0
+
+    def lag(self) -> dict[str, int]:
+        """Records in the log not yet applied, per projection."""
+        out = {"lexical": 0, "vector": 0}
+        for key, stream in self._streams.items():
+            out["lexical"] += max(0, stream.size - self.projections.lexical.last_applied(key))
+            out["vector"] += max(0, stream.size - self.projections.vectors.last_applied(key))
+        return out
+
+    def _update_lag(self) -> None:
+        """Exports the lag: records behind, and the age of the oldest record not applied."""
+        if self.metrics is None:
+            return
+        now = time.monotonic()
+        if now - self._lag_checked < 1.0:
+            return
+        self._lag_checked = now
+        lanes = {
+            "lexical": self.projections.lexical.last_applied,
+            "vector": self.projections.vectors.last_applied,
+        }
+        reader = self.store.reader()
+        wall = time.time()
+        for name, last_applied in lanes.items():
+            behind = 0
+            oldest = wall
+            for key, stream in self._streams.items():
+                done = last_applied(key)
+                if stream.size > done:
+                    behind += stream.size - done
+                    pending = reader.record(stream, done + 1)
+                    if pending is not None:
+                        oldest = min(oldest, pending.created_at / 1_000_000)
+            self.metrics.index_lag_records.labels(name).set(behind)
+            self.metrics.index_lag_seconds.labels(name).set(max(0.0, wall - oldest))

@@ -1,0 +1,196 @@
+"""Searching: scope, wait for `min_seq`, both lanes, fusion, conflicts, records from the log.
+
+`SearchEngine.search` is what the servicer calls. It resolves the streams the caller may
+read (`search_scope`), waits until the indexes hold every `min_seq` (`index_wait`), then on a
+search thread queries the lanes with one filter — tenant, those streams, authors, time, tags —
+fuses them (min-max convex, weight 0.8: `projections.fusion.convex`) or keeps one lane, reads
+the hits' records from the log (the one source of truth: a record redacted since it was
+indexed is dropped), and marks conflicts among the top hits (`projections.conflicts`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cairn_server import tracing
+from cairn_server.auth import Principal
+from recall_service.core import Deps
+from recall_service.index_plan import index_key, indexed_record, split_key
+from recall_service.index_wait import Progress, until_indexed
+from recall_service.indexer import Indexer
+from recall_service.models import Record, Stream
+from recall_service.projection_set import Projections
+from recall_service.projections.conflicts import ConflictSettings, mark_conflicts
+from recall_service.projections.documents import IndexedRecord, RecordKey
+from recall_service.projections.filters import SearchFilter
+from recall_service.projections.fusion import convex, single_lane
+from recall_service.projections.hits import FusedHit, LaneHit
+from recall_service.search_query import Hit, SearchMode, SearchQuery, check_query
+from recall_service.search_scope import Scope, resolve
+from recall_service.store.base import LogReader, LogStore
+
+# Each lane returns at least this many candidates for fusion (the depth the fusion weight
+# was cross-validated with, docs/search.md).
+LANE_DEPTH = 50
+FUSION_WEIGHT = 0.8
+
+
+@dataclass(frozen=True, slots=True)
+class SearchSettings:
+    """`max_wait_seconds` bounds a `min_seq` wait; `threads` run the lanes."""
+
+    max_wait_seconds: float = 5.0
+    threads: int = 4
+    conflicts: ConflictSettings = field(default_factory=ConflictSettings)
+
+
+def search_filter(scope: Sequence[Stream], query: SearchQuery, tenant: str) -> SearchFilter:
+    """The one filter both lanes apply."""
+    return SearchFilter(
+        tenant=tenant,
+        stream_ids=tuple(index_key(s.tenant, s.id) for s in scope),
+        authors=query.authors,
+        start=None if query.start is None else query.start / 1_000_000,
+        end=None if query.end is None else query.end / 1_000_000,
+        tags_any=query.tags_any,
+        tags_all=query.tags_all,
+    )
+
+
+def lanes(
+    projections: Projections, query: SearchQuery, flt: SearchFilter
+) -> tuple[list[LaneHit], list[LaneHit]]:
+    """The lexical and vector lanes' hits (a lane the mode leaves out returns none)."""
+    depth = max(LANE_DEPTH, query.limit)
+    lexical: list[LaneHit] = []
+    vector: list[LaneHit] = []
+    if query.lexical:
+        with tracing.span("search.lexical"):
+            lexical = projections.lexical.search(query.text, depth, flt)
+    if query.vector:
+        with tracing.span("search.vector"):
+            if query.query_vector:
+                client = projections.client_vectors
+                assert client is not None, "check_query refuses vectors elsewhere"
+                qvec = client.check([query.query_vector], "query_vector")[0]
+            else:
+                qvec = projections.embedder.embed([query.text])[0]
+            if np.any(qvec):  # a query of no known token matches nothing, not everything
+                vector = projections.vectors.search(qvec, depth, flt)
+    return lexical, vector
+
+
+def fuse(query: SearchQuery, lexical: list[LaneHit], vector: list[LaneHit]) -> list[FusedHit]:
+    """Fused hits, best first."""
+    if query.mode is SearchMode.LEXICAL:
+        return single_lane(lexical, "lexical")
+    if query.mode is SearchMode.VECTOR:
+        return single_lane(vector, "vector")
+    return convex(lexical, vector, weight=FUSION_WEIGHT, method="minmax")
+
+
+def with_records(
+    reader: LogReader, scope: Sequence[Stream], fused: list[FusedHit], wanted: int
+) -> tuple[list[FusedHit], dict[RecordKey, Record]]:
+    """The first `wanted` hits whose records exist with content in the log, and the records."""
+    streams = {index_key(s.tenant, s.id): s for s in scope}
+    kept: list[FusedHit] = []
+    found: dict[RecordKey, Record] = {}
+    start = 0
+    while len(kept) < wanted and start < len(fused):
+        chunk = fused[start : start + wanted - len(kept)]
+        start += len(chunk)
+        by_stream: dict[str, list[int]] = {}
+        for hit in chunk:
+            by_stream.setdefault(hit.key.stream_id, []).append(hit.key.seq)
+        for key, seqs in by_stream.items():
+            for seq, record in reader.records_at(streams[key], seqs).items():
+                found[RecordKey(key, seq)] = record
+        kept.extend(h for h in chunk if h.key in found and found[h.key].content is not None)
+    return kept, found
+
+
+def run(
+    projections: Projections,
+    store: LogStore,
+    scope: Scope,
+    query: SearchQuery,
+    tenant: str,
+    conflicts: ConflictSettings,
+) -> list[Hit]:
+    """The search itself, once the scope is known and the indexes are fresh enough."""
+    if not scope.streams:
+        return []
+    flt = search_filter(scope.streams, query, tenant)
+    lexical, vector = lanes(projections, query, flt)
+    fused = fuse(query, lexical, vector)
+    wanted = max(query.limit, conflicts.window)
+    kept, records = with_records(store.reader(), scope.streams, fused, wanted)
+    indexed: dict[RecordKey, IndexedRecord] = {
+        h.key: indexed_record(tenant, records[h.key]) for h in kept[: conflicts.window]
+    }
+    marked = mark_conflicts(kept, indexed, conflicts)
+    return [
+        Hit(
+            record=records[h.key],
+            score=h.score,
+            lexical_rank=h.lexical_rank,
+            vector_rank=h.vector_rank,
+            conflicts_with=tuple((split_key(k.stream_id)[1], k.seq) for k in h.conflicts_with),
+        )
+        for h in marked[: query.limit]
+    ]
+
+
+class SearchEngine:
+    """Runs searches for the servicer: the access check and the `min_seq` wait on the event
+    loop's terms, the lanes on a small thread pool."""
+
+    def __init__(
+        self,
+        deps: Deps,
+        projections: Projections,
+        indexer: Indexer,
+        settings: SearchSettings | None = None,
+    ) -> None:
+        self.deps = deps
+        self.projections = projections
+        self.indexer = indexer
+        self.settings = settings or SearchSettings()
+        self.progress = Progress()
+        indexer.add_listener(self.progress.fire)
+        self._pool = ThreadPoolExecutor(self.settings.threads, thread_name_prefix="cairn-search")
+
+    async def search(
+        self, principal: Principal, query: SearchQuery, time_left: float | None = None
+    ) -> list[Hit]:
+        """Hits for `query`, best first. `time_left` is what remains of the caller's
+        deadline: a `min_seq` wait ends before it."""
+        check_query(query, self.projections.client_vectors)
+        loop = asyncio.get_running_loop()
+        scope = await loop.run_in_executor(self._pool, resolve, self.deps, principal, query)
+        if scope.wanted:
+            wait = self.settings.max_wait_seconds
+            if time_left is not None:
+                wait = min(wait, max(0.0, time_left - 0.05))
+            self.indexer.want(scope.wanted)
+            await until_indexed(self.indexer.applied, self.progress, scope.wanted, wait)
+        return await loop.run_in_executor(
+            self._pool,
+            run,
+            self.projections,
+            self.deps.store,
+            scope,
+            query,
+            principal.tenant,
+            self.settings.conflicts,
+        )
+
+    def close(self) -> None:
+        """Stops the search threads."""
+        self._pool.shutdown(wait=True)
