@@ -3,14 +3,35 @@ store interface (never SQL), inside one snapshot so a slice sees one committed s
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from recall_service.index_plan import Around, StreamSlice, window_sizes
-from recall_service.models import RecordKind, Stream
+from recall_service.models import Record, RecordKind, Stream
 from recall_service.projections.documents import TextSettings
-from recall_service.store.base import LogReader
+
+
+class SliceReader(Protocol):
+    """The reads a slice takes (a subset of `store.base.LogReader`)."""
+
+    def records_between(self, stream: Stream, first: int, last: int) -> list[Record]:
+        """Every record of seqs first..last, in seq order."""
+        ...
+
+    def messages_before(self, stream: Stream, seq: int, limit: int) -> list[Record]:
+        """The `limit` messages with content nearest below `seq`, in seq order."""
+        ...
+
+    def messages_after(self, stream: Stream, seq: int, last: int, limit: int) -> list[Record]:
+        """The first `limit` messages with content in (seq, last], in seq order."""
+        ...
+
+    def vectors(self, stream: Stream, first: int, last: int) -> dict[int, bytes]:
+        """Client-supplied vectors of seqs first..last."""
+        ...
 
 
 def read_slice(
-    reader: LogReader,
+    reader: SliceReader,
     stream: Stream,
     first: int,
     last: int,
