@@ -288,7 +288,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "plain": (Variant(author=False, caption=False, stopwords=False), ((0, 0),)),
         "author": (Variant(author=True, caption=False), ((0, 0),)),
         "author_caption": (Variant(author=True, caption=True), WINDOWS),
-        "author_caption_date": (Variant(author=True, caption=True, date=True), ((0, 0),)),
+        "author_caption_date": (Variant(author=True, caption=True, date=True), WINDOWS),
     }
     grid: dict[Setting, npt.NDArray[np.float64]] = {}  # setting -> per-question score
     all_runs: dict[tuple[str, tuple[int, int]], Runs] = {}

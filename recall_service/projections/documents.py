@@ -68,12 +68,12 @@ class TextSettings:
     - `neighbours_before` / `neighbours_after`: how many adjacent records of the same stream
       (by seq) join the context, each cut to `neighbour_max_chars` characters.
 
-    The defaults are the setting chosen by cross-validation on LoCoMo (docs/search.md).
+    The defaults are the best setting on LoCoMo's dev set (docs/search.md).
     """
 
     with_author: bool = True
-    with_date: bool = False
-    neighbours_before: int = 2
+    with_date: bool = True
+    neighbours_before: int = 3
     neighbours_after: int = 2
     neighbour_max_chars: int = 400
 

@@ -252,7 +252,7 @@ def embed_with_context(
 
     Embedding the context apart and adding it with a weight keeps a record's own words
     dominant however long its context is; weight 0 embeds the body alone. The default (1.0)
-    is the setting chosen by cross-validation on LoCoMo.
+    is the best setting on LoCoMo's dev set (docs/search.md).
     """
     body_vectors = embedder.embed(bodies)
     if context_weight == 0.0:

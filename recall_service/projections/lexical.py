@@ -47,7 +47,7 @@ class LexicalSettings:
     """
 
     stopwords: tuple[str, ...] = ENGLISH_STOPWORDS
-    context_boost: float = 0.5
+    context_boost: float = 0.8
     heap_bytes: int = 64_000_000
 
 

@@ -44,7 +44,7 @@ def test_format_date_is_day_month_year_in_utc() -> None:
 
 
 def test_without_context_settings_the_context_is_empty() -> None:
-    settings = TextSettings(neighbours_before=0, neighbours_after=0)
+    settings = TextSettings(with_date=False, neighbours_before=0, neighbours_after=0)
     assert indexed_texts([rec(1, "a"), rec(2, "b")], settings) == [
         IndexedText("Ana: a"),
         IndexedText("Ana: b"),
@@ -59,7 +59,7 @@ def test_neighbours_are_positions_in_the_input_list() -> None:
 
 def test_neighbours_come_from_the_same_stream_in_seq_order() -> None:
     records = [rec(3, "c"), rec(1, "a"), rec(2, "b"), rec(2, "other", stream="x")]
-    settings = TextSettings(neighbours_before=1, neighbours_after=1)
+    settings = TextSettings(with_date=False, neighbours_before=1, neighbours_after=1)
     texts = indexed_texts(records, settings)
     assert [t.context for t in texts] == ["Ana: b", "Ana: b", "Ana: a\nAna: c", ""]
 
@@ -67,7 +67,11 @@ def test_neighbours_come_from_the_same_stream_in_seq_order() -> None:
 def test_neighbour_windows_are_asymmetric_and_cut_to_length() -> None:
     records = [rec(i, "x" * 10) for i in range(1, 6)]
     settings = TextSettings(
-        with_author=False, neighbours_before=2, neighbours_after=0, neighbour_max_chars=4
+        with_author=False,
+        with_date=False,
+        neighbours_before=2,
+        neighbours_after=0,
+        neighbour_max_chars=4,
     )
     assert indexed_texts(records, settings)[4].context == "xxxx\nxxxx"
     assert indexed_texts(records, settings)[0].context == ""

@@ -123,7 +123,8 @@ def test_embed_indexed_builds_the_context_from_neighbour_bodies(
         IndexedRecord("t", "s", i, "Ana", 1683554160.0, text)
         for i, text in enumerate(["we adopted a dog", "what breed?", "a beagle puppy"], start=1)
     ]
-    texts = indexed_texts(records, TextSettings(neighbours_before=1, neighbours_after=1))
+    settings = TextSettings(with_date=False, neighbours_before=1, neighbours_after=1)
+    texts = indexed_texts(records, settings)
     vectors = embed_indexed(wordllama, texts, context_weight=0.5)
     body = wordllama.embed(["Ana: what breed?"])
     context = wordllama.embed(["Ana: we adopted a dog Ana: a beagle puppy"])
@@ -131,6 +132,15 @@ def test_embed_indexed_builds_the_context_from_neighbour_bodies(
     assert np.array_equal(
         embed_indexed(wordllama, texts, 0.0), wordllama.embed([t.body for t in texts])
     )
+
+
+def test_embed_indexed_counts_the_date_in_the_context(wordllama: WordLlamaEmbedder) -> None:
+    records = [IndexedRecord("t", "s", 1, "Ana", 1683554160.0, "hello")]
+    texts = indexed_texts(records, TextSettings(with_date=True))
+    assert texts[0].date == "8 May 2023"
+    vectors = embed_indexed(wordllama, texts, context_weight=1.0)
+    expected = normalise_rows(wordllama.embed(["Ana: hello"]) + wordllama.embed(["8 May 2023"]))
+    assert np.allclose(vectors, expected, atol=1e-5)
 
 
 def test_embed_indexed_embeds_the_context_text_for_other_embedders(server: str) -> None:
