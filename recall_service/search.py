@@ -3,7 +3,8 @@
 `SearchEngine.search` is what the servicer calls. It resolves the streams the caller may
 read (`search_scope`), waits until the indexes hold every `min_seq` (`index_wait`), then on a
 search thread queries the lanes with one filter — tenant, those streams, authors, time, tags —
-fuses them (min-max convex, weight 0.8: `projections.fusion.convex`) or keeps one lane, reads
+fuses them (`projections.fusion.convex` with its defaults, the setting docs/search.md
+reports) or keeps one lane, reads
 the hits' records from the log (the one source of truth: a record redacted since it was
 indexed is dropped), and marks conflicts among the top hits (`projections.conflicts`).
 """
@@ -34,10 +35,9 @@ from recall_service.search_query import Hit, SearchMode, SearchQuery, check_quer
 from recall_service.search_scope import Scope, resolve
 from recall_service.store.base import LogReader, LogStore
 
-# Each lane returns at least this many candidates for fusion (the depth the fusion weight
-# was cross-validated with, docs/search.md).
+# Each lane returns at least this many candidates for fusion (the depth the fusion settings
+# were measured with, docs/search.md).
 LANE_DEPTH = 50
-FUSION_WEIGHT = 0.8
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +82,13 @@ def lanes(
                 qvec = projections.embedder.embed([query.text])[0]
             if np.any(qvec):  # a query of no known token matches nothing, not everything
                 vector = projections.vectors.search(qvec, depth, flt)
-    return lexical, vector
+    return _by_score(lexical), _by_score(vector)
+
+
+def _by_score(hits: list[LaneHit]) -> list[LaneHit]:
+    """A lane's hits best first, equal scores in (stream, seq) order: the order an index
+    returns ties in depends on its history (segments, replaced documents), this does not."""
+    return sorted(hits, key=lambda h: (-h.score, h.key.stream_id, h.key.seq))
 
 
 def fuse(query: SearchQuery, lexical: list[LaneHit], vector: list[LaneHit]) -> list[FusedHit]:
@@ -91,7 +97,7 @@ def fuse(query: SearchQuery, lexical: list[LaneHit], vector: list[LaneHit]) -> l
         return single_lane(lexical, "lexical")
     if query.mode is SearchMode.VECTOR:
         return single_lane(vector, "vector")
-    return convex(lexical, vector, weight=FUSION_WEIGHT, method="minmax")
+    return convex(lexical, vector)
 
 
 def with_records(

@@ -20,7 +20,8 @@ from recall_service.index_reads import read_slice
 from recall_service.models import Record, RecordKind, Role, Stream, StreamKind
 from recall_service.projections.documents import TextSettings
 
-SETTINGS = TextSettings()  # 2 neighbours before, 2 after
+# Two neighbours on each side, no date: small enough to write the expected texts out.
+SETTINGS = TextSettings(with_date=False, neighbours_before=2, neighbours_after=2)
 
 
 def record(seq: int, kind: RecordKind = RecordKind.MESSAGE, **kw: object) -> Record:
@@ -196,6 +197,43 @@ def test_markers_move_to_the_slice_end_and_deletes_name_the_erased_seq() -> None
     assert batch.marks == {"acme/room": 5}
     assert batch.deletes == {"acme/room": [2]}
     assert [batch.window[i].seq for i in batch.targets] == [1, 3]
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        TextSettings(),
+        TextSettings(neighbours_before=0, neighbours_after=0),
+        TextSettings(neighbours_before=4, neighbours_after=1),
+    ],
+)
+def test_batching_and_redactions_converge_whatever_the_text_settings(
+    settings: TextSettings,
+) -> None:
+    log = Log()
+    index: Indexed = {}
+    done = 0
+
+    def catch_up() -> None:
+        nonlocal done
+        apply(
+            index, plan_slice(read_slice(log, log.stream, done + 1, log.size, settings), settings)
+        )
+        done = log.size
+
+    for i in range(14):
+        log.event() if i == 5 else log.message()
+        if i % 4 == 3:
+            catch_up()
+    log.redact(3)
+    log.message()
+    catch_up()
+    log.redact(12)
+    catch_up()
+    full: Indexed = {}
+    apply(full, plan_slice(read_slice(log, log.stream, 1, log.size, settings), settings))
+    assert index == full
+    assert 3 not in index and 12 not in index
 
 
 def test_index_keys_keep_tenants_apart() -> None:

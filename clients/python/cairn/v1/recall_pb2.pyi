@@ -112,7 +112,9 @@ class _SearchModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_SearchMode
     SEARCH_MODE_UNSPECIFIED: _SearchMode.ValueType  # 0
     """The same as SEARCH_MODE_HYBRID."""
     SEARCH_MODE_HYBRID: _SearchMode.ValueType  # 1
-    """Both projections, fused: 0.8 x lexical + 0.2 x vector of min-max-normalised scores."""
+    """Both projections, fused: a weighted sum of their normalised scores, the lexical lane
+    weighing most (the weights and the normalisation are in docs/search.md).
+    """
     SEARCH_MODE_LEXICAL: _SearchMode.ValueType  # 2
     """BM25 over English-stemmed text only."""
     SEARCH_MODE_VECTOR: _SearchMode.ValueType  # 3
@@ -124,7 +126,9 @@ class SearchMode(_SearchMode, metaclass=_SearchModeEnumTypeWrapper):
 SEARCH_MODE_UNSPECIFIED: SearchMode.ValueType  # 0
 """The same as SEARCH_MODE_HYBRID."""
 SEARCH_MODE_HYBRID: SearchMode.ValueType  # 1
-"""Both projections, fused: 0.8 x lexical + 0.2 x vector of min-max-normalised scores."""
+"""Both projections, fused: a weighted sum of their normalised scores, the lexical lane
+weighing most (the weights and the normalisation are in docs/search.md).
+"""
 SEARCH_MODE_LEXICAL: SearchMode.ValueType  # 2
 """BM25 over English-stemmed text only."""
 SEARCH_MODE_VECTOR: SearchMode.ValueType  # 3
@@ -1485,8 +1489,9 @@ class SearchHit(_message.Message):
     VECTOR_RANK_FIELD_NUMBER: _builtins.int
     CONFLICTS_WITH_FIELD_NUMBER: _builtins.int
     score: _builtins.float
-    """The fused score in HYBRID mode (0–1); the lane's own score in LEXICAL mode (BM25) and
-    VECTOR mode (cosine similarity).
+    """The fused score in HYBRID mode; the lane's own score in LEXICAL mode (BM25) and VECTOR
+    mode (cosine similarity). Hits come in rank order; since conflicting hits are reordered
+    by evidence among themselves, scores need not decrease.
     """
     lexical_rank: _builtins.int
     """The record's 1-based rank in the lexical lane; absent when that lane did not return it."""

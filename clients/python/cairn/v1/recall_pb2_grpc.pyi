@@ -151,8 +151,9 @@ class RecallServiceStub:
     """Searches the MESSAGE records of streams the caller may read: "what was said about X?".
     Two projections of the log answer it (docs/search.md): a Tantivy index scored by BM25
     over English-stemmed text (`SEARCH_MODE_LEXICAL`) and a vector index
-    (`SEARCH_MODE_VECTOR`); `SEARCH_MODE_HYBRID`, the default, fuses their min-max-normalised
-    scores. Among the top 10 hits, hits of different authors that overlap in subject without
+    (`SEARCH_MODE_VECTOR`); `SEARCH_MODE_HYBRID`, the default, fuses their normalised scores
+    (a weighted sum, docs/search.md). Among the top 10 hits, hits of different authors that
+    overlap in subject without
     saying the same are ordered by evidence (source reliability, recency, corroboration) and
     marked with the records they conflict with; nothing is dropped. Redacted records are
     never returned.
@@ -302,8 +303,9 @@ class RecallServiceAsyncStub(RecallServiceStub):
     """Searches the MESSAGE records of streams the caller may read: "what was said about X?".
     Two projections of the log answer it (docs/search.md): a Tantivy index scored by BM25
     over English-stemmed text (`SEARCH_MODE_LEXICAL`) and a vector index
-    (`SEARCH_MODE_VECTOR`); `SEARCH_MODE_HYBRID`, the default, fuses their min-max-normalised
-    scores. Among the top 10 hits, hits of different authors that overlap in subject without
+    (`SEARCH_MODE_VECTOR`); `SEARCH_MODE_HYBRID`, the default, fuses their normalised scores
+    (a weighted sum, docs/search.md). Among the top 10 hits, hits of different authors that
+    overlap in subject without
     saying the same are ordered by evidence (source reliability, recency, corroboration) and
     marked with the records they conflict with; nothing is dropped. Redacted records are
     never returned.
@@ -552,8 +554,9 @@ class RecallServiceServicer(metaclass=_abc_1.ABCMeta):
         """Searches the MESSAGE records of streams the caller may read: "what was said about X?".
         Two projections of the log answer it (docs/search.md): a Tantivy index scored by BM25
         over English-stemmed text (`SEARCH_MODE_LEXICAL`) and a vector index
-        (`SEARCH_MODE_VECTOR`); `SEARCH_MODE_HYBRID`, the default, fuses their min-max-normalised
-        scores. Among the top 10 hits, hits of different authors that overlap in subject without
+        (`SEARCH_MODE_VECTOR`); `SEARCH_MODE_HYBRID`, the default, fuses their normalised scores
+        (a weighted sum, docs/search.md). Among the top 10 hits, hits of different authors that
+        overlap in subject without
         saying the same are ordered by evidence (source reliability, recency, corroboration) and
         marked with the records they conflict with; nothing is dropped. Redacted records are
         never returned.

@@ -183,7 +183,10 @@ export function recordKindToJSON(object: RecordKind): string {
 export enum SearchMode {
   /** SEARCH_MODE_UNSPECIFIED - The same as SEARCH_MODE_HYBRID. */
   SEARCH_MODE_UNSPECIFIED = 0,
-  /** SEARCH_MODE_HYBRID - Both projections, fused: 0.8 x lexical + 0.2 x vector of min-max-normalised scores. */
+  /**
+   * SEARCH_MODE_HYBRID - Both projections, fused: a weighted sum of their normalised scores, the lexical lane
+   * weighing most (the weights and the normalisation are in docs/search.md).
+   */
   SEARCH_MODE_HYBRID = 1,
   /** SEARCH_MODE_LEXICAL - BM25 over English-stemmed text only. */
   SEARCH_MODE_LEXICAL = 2,
@@ -658,8 +661,9 @@ export interface SearchHit {
     | Record
     | undefined;
   /**
-   * The fused score in HYBRID mode (0–1); the lane's own score in LEXICAL mode (BM25) and
-   * VECTOR mode (cosine similarity).
+   * The fused score in HYBRID mode; the lane's own score in LEXICAL mode (BM25) and VECTOR
+   * mode (cosine similarity). Hits come in rank order; since conflicting hits are reordered
+   * by evidence among themselves, scores need not decrease.
    */
   score: number;
   /** The record's 1-based rank in the lexical lane; absent when that lane did not return it. */
@@ -6554,8 +6558,9 @@ export const RecallServiceDefinition = {
      * Searches the MESSAGE records of streams the caller may read: "what was said about X?".
      * Two projections of the log answer it (docs/search.md): a Tantivy index scored by BM25
      * over English-stemmed text (`SEARCH_MODE_LEXICAL`) and a vector index
-     * (`SEARCH_MODE_VECTOR`); `SEARCH_MODE_HYBRID`, the default, fuses their min-max-normalised
-     * scores. Among the top 10 hits, hits of different authors that overlap in subject without
+     * (`SEARCH_MODE_VECTOR`); `SEARCH_MODE_HYBRID`, the default, fuses their normalised scores
+     * (a weighted sum, docs/search.md). Among the top 10 hits, hits of different authors that
+     * overlap in subject without
      * saying the same are ordered by evidence (source reliability, recency, corroboration) and
      * marked with the records they conflict with; nothing is dropped. Redacted records are
      * never returned.
@@ -6867,8 +6872,9 @@ export const RecallServiceService = {
    * Searches the MESSAGE records of streams the caller may read: "what was said about X?".
    * Two projections of the log answer it (docs/search.md): a Tantivy index scored by BM25
    * over English-stemmed text (`SEARCH_MODE_LEXICAL`) and a vector index
-   * (`SEARCH_MODE_VECTOR`); `SEARCH_MODE_HYBRID`, the default, fuses their min-max-normalised
-   * scores. Among the top 10 hits, hits of different authors that overlap in subject without
+   * (`SEARCH_MODE_VECTOR`); `SEARCH_MODE_HYBRID`, the default, fuses their normalised scores
+   * (a weighted sum, docs/search.md). Among the top 10 hits, hits of different authors that
+   * overlap in subject without
    * saying the same are ordered by evidence (source reliability, recency, corroboration) and
    * marked with the records they conflict with; nothing is dropped. Redacted records are
    * never returned.
@@ -7010,8 +7016,9 @@ export interface RecallServiceServer extends UntypedServiceImplementation {
    * Searches the MESSAGE records of streams the caller may read: "what was said about X?".
    * Two projections of the log answer it (docs/search.md): a Tantivy index scored by BM25
    * over English-stemmed text (`SEARCH_MODE_LEXICAL`) and a vector index
-   * (`SEARCH_MODE_VECTOR`); `SEARCH_MODE_HYBRID`, the default, fuses their min-max-normalised
-   * scores. Among the top 10 hits, hits of different authors that overlap in subject without
+   * (`SEARCH_MODE_VECTOR`); `SEARCH_MODE_HYBRID`, the default, fuses their normalised scores
+   * (a weighted sum, docs/search.md). Among the top 10 hits, hits of different authors that
+   * overlap in subject without
    * saying the same are ordered by evidence (source reliability, recency, corroboration) and
    * marked with the records they conflict with; nothing is dropped. Redacted records are
    * never returned.
@@ -7366,8 +7373,9 @@ export interface RecallServiceClient extends Client {
    * Searches the MESSAGE records of streams the caller may read: "what was said about X?".
    * Two projections of the log answer it (docs/search.md): a Tantivy index scored by BM25
    * over English-stemmed text (`SEARCH_MODE_LEXICAL`) and a vector index
-   * (`SEARCH_MODE_VECTOR`); `SEARCH_MODE_HYBRID`, the default, fuses their min-max-normalised
-   * scores. Among the top 10 hits, hits of different authors that overlap in subject without
+   * (`SEARCH_MODE_VECTOR`); `SEARCH_MODE_HYBRID`, the default, fuses their normalised scores
+   * (a weighted sum, docs/search.md). Among the top 10 hits, hits of different authors that
+   * overlap in subject without
    * saying the same are ordered by evidence (source reliability, recency, corroboration) and
    * marked with the records they conflict with; nothing is dropped. Redacted records are
    * never returned.
