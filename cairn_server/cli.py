@@ -257,6 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
     recall_serve = recall_sub.add_parser("serve", help="run the recall service")
     add_recall_flags(recall_serve)
     recall_serve.set_defaults(func=cmd_recall_serve)
+    from recall_service import reindex_command
+
+    reindex_command.add_command(recall_sub)
 
     keys = sub.add_parser("keys", help="API keys")
     keys_sub = keys.add_subparsers(dest="keys_command", required=True)
