@@ -231,7 +231,7 @@ def cmd_keys_revoke(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command tree."""
-    from cairn_server import cli_agents, cli_streams
+    from cairn_server import cli_agents, cli_demo, cli_streams
     from recall_service.server import add_flags as add_recall_flags
     from state_service.server import add_flags as add_state_flags
 
@@ -290,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_agents.add_commands(sub)
     cli_streams.add_commands(sub)
+    cli_demo.add_commands(sub)
     return parser
 
 

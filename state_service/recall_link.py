@@ -16,6 +16,7 @@ import logging
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import grpc
@@ -100,6 +101,42 @@ def message_entry(message: Message) -> recall_pb2.WriteEntry:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Found:
+    """One record a search found."""
+
+    seq: int
+    content: str
+    tags: tuple[str, ...]
+    created_at: datetime
+    metadata: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class SearchScope:
+    """What to search one stream for: `tags_any` and the half-open [start, end) narrow it."""
+
+    query: str
+    top_k: int
+    tags_any: tuple[str, ...] = ()
+    start: datetime | None = None
+    end: datetime | None = None
+
+
+def _found(record: recall_pb2.Record) -> Found:
+    try:
+        metadata = json.loads(record.metadata_json) if record.metadata_json else {}
+    except ValueError:
+        metadata = {}
+    return Found(
+        seq=int(record.seq),
+        content=record.content,
+        tags=tuple(record.tags),
+        created_at=record.created_at.ToDatetime(tzinfo=UTC),
+        metadata=metadata if isinstance(metadata, dict) else {},
+    )
+
+
 class RecallError(Exception):
     """A recall call failed; `transient` failures are worth retrying."""
 
@@ -153,6 +190,10 @@ class RecallLink:
         self.credentials = credentials
         self._timeout = timeout
         self._streams: set[tuple[str, str]] = set()
+        # The last seq this process wrote to each stream: a search waits for the indexes to
+        # reach it, so an agent finds what it stored a moment ago.
+        self._written: dict[tuple[str, str], int] = {}
+        self._lexical_only = False
 
     async def close(self) -> None:
         """Closes the channel."""
@@ -189,13 +230,14 @@ class RecallLink:
         """Appends messages to the agent's MESSAGES stream (idempotent per message)."""
         stream = messages_stream(agent_id)
         await self.ensure_stream(tenant, stream, recall_pb2.STREAM_KIND_MESSAGES, agent_id)
-        await self._call(
+        reply = await self._call(
             "WriteBatch",
             recall_pb2.WriteBatchRequest(
                 stream_id=stream, entries=[message_entry(m) for m in messages]
             ),
             tenant,
         )
+        self._note_written(tenant, stream, max((r.seq for r in reply.records), default=0))
 
     async def archival_insert(
         self, tenant: str, agent_id: str, content: str, tags: Sequence[str], key: str
@@ -216,7 +258,51 @@ class RecallLink:
             ),
             tenant,
         )
+        self._note_written(tenant, stream, int(reply.record.seq))
         return int(reply.record.seq)
+
+    def _note_written(self, tenant: str, stream: str, seq: int) -> None:
+        if seq > self._written.get((tenant, stream), 0):
+            self._written[(tenant, stream)] = seq
+
+    async def search(self, tenant: str, stream: str, scope: SearchScope) -> list[Found]:
+        """Searches one of the agent's streams, best first; a stream never written is empty.
+
+        Hybrid search, unless the recall service takes query vectors from its clients (the
+        state service has no embedder): then lexical, learned from the first refusal.
+        """
+        filter_ = recall_pb2.SearchFilter(tags_any=list(scope.tags_any))
+        if scope.start is not None:
+            filter_.time_range.start.FromDatetime(scope.start)
+        if scope.end is not None:
+            filter_.time_range.end.FromDatetime(scope.end)
+        request = recall_pb2.SearchRequest(
+            query=scope.query,
+            stream_ids=[stream],
+            mode=recall_pb2.SEARCH_MODE_LEXICAL
+            if self._lexical_only
+            else recall_pb2.SEARCH_MODE_HYBRID,
+            filter=filter_,
+            top_k=scope.top_k,
+        )
+        written = self._written.get((tenant, stream))
+        if written:
+            request.min_seq[stream] = written
+        try:
+            reply = await self._call("Search", request, tenant)
+        except RecallError as error:
+            if error.code is grpc.StatusCode.NOT_FOUND and written is None:
+                return []
+            if (
+                error.code is not grpc.StatusCode.INVALID_ARGUMENT
+                or not error.details.startswith("query_vector")
+                or self._lexical_only
+            ):
+                raise
+            self._lexical_only = True
+            request.mode = recall_pb2.SEARCH_MODE_LEXICAL
+            reply = await self._call("Search", request, tenant)
+        return [_found(hit.record) for hit in reply.hits]
 
 
 class Forwarder:

@@ -221,3 +221,34 @@ def test_unreachable_service_says_what_to_do(capsys: Any, tmp_path: Path) -> Non
     assert capsys.readouterr().err == (
         f"cairn: cannot reach Cairn at 127.0.0.1:{port} / 127.0.0.1:50052; is `cairn up` running?\n"
     )
+
+
+def test_demo_tells_the_story_end_to_end(cairn: Cairn) -> None:
+    result = cairn.json("demo")
+    agents = result["agents"]
+    assert result["ok"] is True
+    assert result["prompt_before"] == "Launch: Friday 12 December, at the Old Mill."
+    assert result["prompt_after"] == "Launch: Monday 15 December, at the Old Mill."
+    assert result["rebuilt_agent_ids"] == sorted([agents["planner"], agents["writer"]])
+    assert [(r["seq"], r["source_agent_id"]) for r in result["records"]] == [
+        (3, agents["planner"]),
+        (4, agents["writer"]),
+        (5, agents["planner"]),
+    ]
+    assert result["search"]["hits"][0]["seq"] == 3
+    assert result["verified"] == {"records": 5, "latest_size": 5, "kept_size": 3}
+    shown = cairn.json("stream", "read", result["stream_id"])
+    assert [r["content"] for r in shown["records"]] == [
+        "The Old Mill is flooded, so the launch moves to Monday the 15th.",
+        "Understood. I will rewrite the press release for Monday and resend it.",
+        "Also book the caterers for Monday; Friday's order can be cancelled.",
+    ]
+
+
+def test_demo_narrates_each_step(cairn: Cairn) -> None:
+    code, out, err = cairn.run("demo")
+    assert (code, err) == (0, "")
+    steps = [line.split(".")[0] for line in out.splitlines() if line[:1].isdigit()]
+    assert steps == ["1", "2", "3", "4", "5", "6", "7"]
+    assert "The writer's next prompt shows: Launch: Monday 15 December, at the Old Mill." in out
+    assert out.splitlines()[-1] == "Done: that is Cairn."
