@@ -193,3 +193,9 @@ def read_seqs(first_seq: int, last_seq: int, settings: TextSettings) -> range:
     """The seqs the indexer reads from the log to build the texts of `reindexed_seqs`."""
     start = max(1, first_seq - settings.neighbours_after - settings.neighbours_before)
     return range(start, last_seq + 1)
+
+
+def contexts_containing(seq: int, settings: TextSettings) -> range:
+    """The seqs whose context holds record `seq`: after a redaction of `seq`, they are
+    re-indexed (from the redacted log) so that the erased words leave their contexts too."""
+    return range(max(1, seq - settings.neighbours_after), seq + settings.neighbours_before + 1)

@@ -11,6 +11,7 @@ from recall_service.projections.documents import (
     TextSettings,
     body_text,
     content_terms,
+    contexts_containing,
     format_date,
     indexed_texts,
     marker_id,
@@ -148,3 +149,16 @@ def test_new_records_reindex_the_ones_whose_after_context_they_join() -> None:
     assert read_seqs(10, 12, settings) == range(7, 13)
     assert reindexed_seqs(1, 3, settings) == range(1, 4)
     assert read_seqs(2, 2, settings) == range(1, 3)
+
+
+def test_a_redacted_record_names_every_record_whose_context_held_it() -> None:
+    settings = TextSettings(neighbours_before=3, neighbours_after=2)
+    assert contexts_containing(10, settings) == range(8, 14)
+    assert contexts_containing(1, settings) == range(1, 5)
+    records = [rec(i, f"w{i}") for i in range(1, 20)]
+    holding = [
+        r.seq
+        for r, t in zip(records, indexed_texts(records, settings), strict=True)
+        if "w10" in t.context.split()
+    ]
+    assert holding == [8, 9, 11, 12, 13]
