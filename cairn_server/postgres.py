@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import time
@@ -31,7 +32,10 @@ def open_pool(
 ) -> ConnectionPool:
     """A connection pool whose connections use `schema` (created when missing)."""
     check_schema(schema)
-    with psycopg.connect(url, autocommit=True) as conn:
+    # Replicas starting together race here: IF NOT EXISTS does not stop two creations, and
+    # the loser's duplicate means the schema is there.
+    exists = (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateSchema)
+    with psycopg.connect(url, autocommit=True) as conn, contextlib.suppress(*exists):
         conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
     pool = ConnectionPool(
         url,
@@ -82,11 +86,19 @@ def listen_connection(url: str, schema: str = "public") -> Any:
     return psycopg.connect(url, autocommit=True, options=f"-c search_path={check_schema(schema)}")
 
 
+# Held while a component's migrations run; keyed by schema too, so fleets in other schemas
+# of the database never wait on it.
+MIGRATION_LOCK = (
+    "SELECT pg_advisory_xact_lock("
+    "hashtext('cairn:' || coalesce(current_schema(), '') || ':' || %s))"
+)
+
+
 def migrate(pool: ConnectionPool, component: str, package: str, folder: str) -> int:
     """Applies `package`'s `NNNN_name.sql` files for `component` that are not yet applied.
 
-    All of it runs in one transaction under an advisory lock, so replicas starting together
-    apply each migration once.
+    All of it runs in one transaction under an advisory lock (per schema and component), so
+    replicas starting together apply each migration once.
     """
     root = resources.files(package).joinpath(folder)
     files = sorted(
@@ -95,7 +107,7 @@ def migrate(pool: ConnectionPool, component: str, package: str, folder: str) -> 
         if entry.name.endswith(".sql")
     )
     with pool.connection() as conn, conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"cairn:{component}",))
+        conn.execute(MIGRATION_LOCK, (component,))
         conn.execute(
             "CREATE TABLE IF NOT EXISTS schema_migrations (component TEXT NOT NULL,"
             " version INTEGER NOT NULL, name TEXT NOT NULL, applied_at DOUBLE PRECISION NOT NULL,"
