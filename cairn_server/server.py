@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -17,6 +19,16 @@ from cairn_server.metrics import Metrics
 from cairn_server.settings import ServerSettings, is_loopback
 
 log = logging.getLogger("cairn.server")
+
+
+# Seconds a stopping server may spend closing its stores after the grace time.
+SHUTDOWN_ALLOWANCE_S = 20.0
+
+
+def _force_exit() -> None:
+    log.error("shutdown did not finish in time; exiting without it")
+    logging.shutdown()
+    os._exit(1)
 
 
 class StartupError(Exception):
@@ -115,6 +127,12 @@ async def run_server(
     stopping = asyncio.ensure_future(stop.wait())
     await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
     log.info("stopping", extra={"service": service, "grace_seconds": settings.grace_seconds})
+    # Shutdown has a bound: past the grace time and the closing allowance, the process ends
+    # anyway (everything acknowledged is already durable), so a stuck call or a stop that
+    # gRPC never finishes cannot keep a stopped server alive.
+    watchdog = threading.Timer(settings.grace_seconds + SHUTDOWN_ALLOWANCE_S, _force_exit)
+    watchdog.daemon = True
+    watchdog.start()
     await health_servicer.enter_graceful_shutdown()
     await server.stop(settings.grace_seconds)
     stopping.cancel()
@@ -123,4 +141,5 @@ async def run_server(
         if result is not None:
             await result
     tracing.shutdown()
+    watchdog.cancel()
     log.info("stopped", extra={"service": service})
