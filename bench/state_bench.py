@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import subprocess
 import tempfile
 import uuid
 from itertools import cycle
@@ -263,15 +264,18 @@ def main() -> None:
         )
         key, _ = create_key(store, "bench", Role.ADMIN)
         store.close()
-        servers = [
-            ServerProcess("state_service", data_dir, free_port(), flags, {}).start()
-            for _ in range(args.servers)
-        ]
+        servers: list[ServerProcess] = []
         try:
+            for _ in range(args.servers):
+                servers.append(ServerProcess("state_service", data_dir, free_port(), flags, {}))
+                servers[-1].start()
             result = asyncio.run(run([s.address for s in servers], key, args))
         finally:
             for server in servers:
-                server.stop()
+                try:
+                    server.stop()
+                except subprocess.TimeoutExpired:
+                    server.kill()
             if args.postgres:
                 with psycopg.connect(args.postgres, autocommit=True) as conn:
                     conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'.encode())
