@@ -1,0 +1,318 @@
+"""Search at scale, through the real gRPC API: N records in one tenant, then sustained unary
+writes with the indexer keeping up, then `Search` latency, memory and disk.
+
+    python -m bench.recall_scale [--records 100000] [--streams 100] [--write-seconds 20]
+        [--queries 300] [--dataset ../shared/data/locomo-dev.json] [--postgres URL]
+
+1. **Load**: N records (two LoCoMo turns each, as `bench.projections_bench` writes them) over
+   `--streams` streams of one tenant, by `WriteBatch` of 1,000; then a `Search` with every
+   stream's last seq as `min_seq` waits until the indexes hold everything (indexing rate).
+   The server builds the vector index's search graph once writes pause (Qdrant Edge's
+   `optimize`); the bench waits for it.
+2. **Sustained unary writes**: 32 `Write` calls in flight for `--write-seconds`, spread over
+   the streams; the index lag (`cairn_index_lag_records` from /metrics) is sampled every
+   0.5 s, and after the last write a `min_seq` search measures how long the indexes take to
+   catch up.
+3. **Search**: `--queries` LoCoMo questions, sequentially, over one stream, ten streams and all
+   streams, in each mode; client-side round trips and server-side times (the access log's
+   `ms`, measured around the servicer by the RPC guard).
+4. The server's RSS and the disk used by the log and by each index.
+
+Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import re
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+import cairn
+from bench.load import percentile
+from bench.locomo import server_search_ms
+from bench.locomo_data import load, turn_content
+from cairn.async_client import AsyncClient
+from cairn.enums import ParticipantRole, StreamKind
+from cairn.recall_types import WriteEntry
+from cairn_server.auth import Role, create_key
+from cairn_server.keys_postgres import PostgresKeyStore
+from cairn_server.keys_sqlite import SqliteKeyStore
+from cairn_server.process import ServerProcess, free_port
+from recall_service.indexer import IndexerSettings
+
+TENANT = "scale"
+OPTIMIZE_AFTER = IndexerSettings().optimize_after
+AUTHORS = ("ana", "bo", "cy")
+
+
+def texts(dataset: Path, n: int, seed: int = 7) -> tuple[list[str], list[str]]:
+    """N record texts (pairs of turns) and the question texts."""
+    conversations, _ = load(dataset)
+    turns = [turn_content(t) for c in conversations for t in c.turns]
+    questions = [q.question for c in conversations for q in c.questions]
+    rng = random.Random(seed)
+    return [f"{rng.choice(turns)} {rng.choice(turns)}" for _ in range(n)], questions
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of a process, from /proc."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
+def du_mb(path: Path) -> float:
+    """Bytes under `path`, in MB."""
+    return round(sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 1e6, 1)
+
+
+def lag_records(metrics_port: int) -> int:
+    """The lexical and vector lanes' lag, the larger, from /metrics."""
+    body = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read()
+    found = re.findall(rb'cairn_index_lag_records\{projection="\w+"\} ([0-9.e+]+)', body)
+    return int(max((float(x) for x in found), default=0.0))
+
+
+def load_log(client: cairn.Client, records: list[str], streams: int) -> tuple[list[str], float]:
+    """Creates the streams and writes the records by WriteBatch; returns ids and seconds."""
+    ids = []
+    for _ in range(streams):
+        stream = client.recall.create_stream(StreamKind.CONVERSATION).stream.id
+        for author in AUTHORS:
+            client.recall.attach(stream, author, ParticipantRole.WRITER)
+        ids.append(stream)
+    per_stream: dict[str, list[WriteEntry]] = {s: [] for s in ids}
+    for i, text in enumerate(records):
+        tags = ("tagged",) if i % 10 == 0 else ()
+        per_stream[ids[i % streams]].append(WriteEntry(text, AUTHORS[i % 3], tags))
+    started = time.perf_counter()
+    for stream, entries in per_stream.items():
+        for start in range(0, len(entries), 1000):
+            client.recall.write_batch(stream, entries[start : start + 1000])
+    return ids, time.perf_counter() - started
+
+
+def sizes(client: cairn.Client, ids: list[str]) -> dict[str, int]:
+    """Each stream's size now."""
+    return {s: client.recall.get_stream(s).size for s in ids}
+
+
+def wait_indexed(client: cairn.Client, ids: list[str], timeout: float) -> float:
+    """Seconds until a search with every stream's size as min_seq answers."""
+    wanted = sizes(client, ids)
+    started = time.perf_counter()
+    while True:
+        try:
+            for start in range(0, len(ids), 100):
+                chunk = ids[start : start + 100]
+                client.recall.search(
+                    "x", stream_ids=chunk, min_seq={s: wanted[s] for s in chunk}, top_k=1
+                )
+            return time.perf_counter() - started
+        except cairn.Unavailable:
+            if time.perf_counter() - started > timeout:
+                raise
+
+
+def wait_for_log(server: ServerProcess, text: str, timeout: float) -> float:
+    """Seconds until `text` appears in the server's log (0 when it does not in time)."""
+    started = time.perf_counter()
+    while time.perf_counter() - started < timeout:
+        if text in server.log():
+            return time.perf_counter() - started
+        time.sleep(1)
+    return 0.0
+
+
+async def sustained_writes(
+    address: str, key: str, ids: list[str], seconds: float, metrics_port: int
+) -> dict[str, Any]:
+    """32 unary writes in flight for `seconds`; lag sampled meanwhile."""
+    texts_ = [f"sustained write {i} about the weather and the garden" for i in range(1000)]
+    count = 0
+    lags: list[int] = []
+    async with AsyncClient(recall=address, api_key=key) as client:
+        loop = asyncio.get_running_loop()
+        stop = loop.time() + seconds
+
+        async def writer(w: int) -> None:
+            nonlocal count
+            i = w
+            while loop.time() < stop:
+                stream = ids[i % len(ids)]
+                await client.recall.write(stream, texts_[i % 1000], source_agent_id="ana")
+                count += 1
+                i += 32
+
+        async def sampler() -> None:
+            while loop.time() < stop:
+                await asyncio.sleep(0.5)
+                lags.append(await asyncio.to_thread(lag_records, metrics_port))
+
+        started = loop.time()
+        await asyncio.gather(*(writer(w) for w in range(32)), sampler())
+        elapsed = loop.time() - started
+    return {
+        "writes": count,
+        "writes_per_s": round(count / elapsed),
+        "lag_records_max": max(lags, default=0),
+        "lag_records_p50": int(percentile([float(x) for x in lags], 50)) if lags else 0,
+    }
+
+
+def search_latency(
+    client: cairn.Client, ids: list[str], questions: list[str], n: int
+) -> dict[str, Any]:
+    """Client-side p50/p95 (ms) per scope and mode."""
+    rng = random.Random(3)
+    out: dict[str, Any] = {}
+    for scope, width in (("one_stream", 1), ("ten_streams", 10), ("all_streams", 100)):
+        for mode in ("hybrid", "lexical", "vector"):
+            samples = []
+            for _ in range(n):
+                streams = ids[:100] if width == 100 else rng.sample(ids, width)
+                question = rng.choice(questions)
+                t0 = time.perf_counter()
+                client.recall.search(question, stream_ids=streams, mode=mode, top_k=10)
+                samples.append((time.perf_counter() - t0) * 1000)
+            out[f"{scope}/{mode}"] = {
+                "p50": round(percentile(samples, 50), 2),
+                "p95": round(percentile(samples, 95), 2),
+            }
+    return out
+
+
+def optimizes(log_text: str) -> list[dict[str, float]]:
+    """The vector index builds the server logged: points and seconds each."""
+    out = []
+    for line in log_text.splitlines():
+        if '"msg": "vector index optimized"' in line:
+            entry = json.loads(line)
+            out.append({"points": entry["points"], "seconds": entry["seconds"]})
+    return out
+
+
+def wait_for_optimize(server: ServerProcess, seen: int, timeout: float) -> None:
+    """Waits until the server has logged more than `seen` index builds (bounded)."""
+    started = time.perf_counter()
+    while time.perf_counter() - started < timeout and len(optimizes(server.log())) <= seen:
+        time.sleep(1)
+
+
+def log_mb(data_dir: Path, postgres: str | None, schema: str) -> float:
+    """The log's size: the SQLite files, or the schema's tables and indexes."""
+    if not postgres:
+        return round(sum(p.stat().st_size for p in data_dir.glob("recall.sqlite3*")) / 1e6, 1)
+    with psycopg.connect(postgres) as conn:
+        row = conn.execute(
+            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c"
+            " JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = %s AND c.relkind = 'r'",
+            (schema,),
+        ).fetchone()
+    return round(float(row[0] if row else 0) / 1e6, 1)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """The whole benchmark; returns the figures."""
+    records, questions = texts(Path(args.dataset), args.records)
+    out: dict[str, Any] = {"records": args.records, "streams": args.streams}
+    schema = f"scale_{uuid.uuid4().hex[:8]}"
+    with tempfile.TemporaryDirectory(prefix="cairn-scale-") as tmp:
+        data_dir = Path(tmp)
+        metrics_port = free_port()
+        flags = ["--log-level", "debug", "--metrics-port", str(metrics_port)]
+        keys: Any
+        if args.postgres:
+            flags += ["--database-url", args.postgres, "--database-schema", schema]
+            keys = PostgresKeyStore(args.postgres, schema)
+        else:
+            keys = SqliteKeyStore(data_dir)
+        key, _ = create_key(keys, TENANT, Role.ADMIN, "bench")
+        keys.close()
+        server = ServerProcess("recall_service", data_dir, free_port(), flags, {}).start()
+        assert server.proc is not None
+        out["store"] = "postgres" if args.postgres else "sqlite"
+        try:
+            with cairn.Client(recall=server.address, api_key=key, timeout=600) as client:
+                ids, seconds = load_log(client, records, args.streams)
+                out["load_writebatch_records_per_s"] = round(args.records / seconds)
+                caught = wait_indexed(client, ids, timeout=7200)
+                out["load_index_caught_up_s_after_writes"] = round(caught, 1)
+                out["load_indexed_records_per_s"] = round(args.records / (seconds + caught))
+                if args.records >= OPTIMIZE_AFTER:  # the server builds the graph once idle
+                    wait_for_optimize(server, 0, timeout=7200)
+                out["rss_mb_after_load"] = rss_mb(server.proc.pid)
+                sustained = asyncio.run(
+                    sustained_writes(server.address, key, ids, args.write_seconds, metrics_port)
+                )
+                sustained["catch_up_s"] = round(wait_indexed(client, ids, timeout=600), 2)
+                out["sustained_unary_writes"] = sustained
+                # The writes paused: let the index build they may trigger finish first.
+                time.sleep(4)
+                built = len(optimizes(server.log()))
+                if sustained["writes"] >= OPTIMIZE_AFTER // 3:  # each indexed ~3 times
+                    wait_for_optimize(server, built, timeout=3600)
+                mark = len(server.log())
+                out["search_ms_client"] = search_latency(client, ids, questions, args.queries)
+                server_ms = server_search_ms(server.log()[mark:])
+                out["search_ms_server"] = per_scope_server(server_ms, args.queries)
+                out["rss_mb"] = rss_mb(server.proc.pid)
+        finally:
+            server.stop(timeout=600)
+        out["optimizes"] = optimizes(server.log())
+        index_dir = next(data_dir.glob("index*"))
+        out["disk_mb"] = {
+            "log": log_mb(data_dir, args.postgres, schema),
+            "lexical": du_mb(index_dir / "lexical"),
+            "vectors": du_mb(index_dir / "vectors"),
+        }
+    if args.postgres:
+        with psycopg.connect(args.postgres, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'.encode())
+    return out
+
+
+def per_scope_server(server_ms: list[float], n: int) -> dict[str, Any]:
+    """Server-side p50/p95 per scope and mode, in the order `search_latency` asked."""
+    names = [
+        f"{scope}/{mode}"
+        for scope in ("one_stream", "ten_streams", "all_streams")
+        for mode in ("hybrid", "lexical", "vector")
+    ]
+    out = {}
+    for i, name in enumerate(names):
+        chunk = server_ms[i * n : (i + 1) * n]
+        if chunk:
+            out[name] = {
+                "p50": round(percentile(chunk, 50), 2),
+                "p95": round(percentile(chunk, 95), 2),
+            }
+    return out
+
+
+def main() -> None:
+    """Command-line entry point."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--dataset", default="../shared/data/locomo-dev.json")
+    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--streams", type=int, default=100)
+    parser.add_argument("--write-seconds", type=float, default=20.0)
+    parser.add_argument("--queries", type=int, default=300)
+    parser.add_argument("--postgres", help="a PostgreSQL URL: the log there (a fresh schema)")
+    print(json.dumps(run(parser.parse_args())))
+
+
+if __name__ == "__main__":
+    main()
