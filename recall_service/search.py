@@ -179,6 +179,8 @@ class SearchEngine:
         deadline: a `min_seq` wait ends before it."""
         check_query(query, self.projections.client_vectors)
         loop = asyncio.get_running_loop()
+        if not query.min_seq:  # nothing to wait for: one hop to a search thread
+            return await loop.run_in_executor(self._pool, self._resolve_and_run, principal, query)
         scope = await loop.run_in_executor(self._pool, resolve, self.deps, principal, query)
         if scope.wanted:
             wait = self.settings.max_wait_seconds
@@ -189,6 +191,17 @@ class SearchEngine:
         return await loop.run_in_executor(
             self._pool,
             run,
+            self.projections,
+            self.deps.store,
+            scope,
+            query,
+            principal.tenant,
+            self.settings.conflicts,
+        )
+
+    def _resolve_and_run(self, principal: Principal, query: SearchQuery) -> list[Hit]:
+        scope = resolve(self.deps, principal, query)
+        return run(
             self.projections,
             self.deps.store,
             scope,
