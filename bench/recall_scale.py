@@ -120,7 +120,8 @@ def wait_indexed(client: cairn.Client, ids: list[str], timeout: float) -> float:
                     "x", stream_ids=chunk, min_seq={s: wanted[s] for s in chunk}, top_k=1
                 )
             return time.perf_counter() - started
-        except cairn.Unavailable:
+        except (cairn.Unavailable, cairn.DeadlineExceeded):
+            # Still indexing, or frozen by a search-graph build: ask again.
             if time.perf_counter() - started > timeout:
                 raise
 
