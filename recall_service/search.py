@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,9 +28,11 @@ from recall_service.models import Record, Stream
 from recall_service.projection_set import Projections
 from recall_service.projections.conflicts import ConflictSettings, mark_conflicts
 from recall_service.projections.documents import IndexedRecord, RecordKey
+from recall_service.projections.embedders import Vectors
 from recall_service.projections.filters import SearchFilter
 from recall_service.projections.fusion import convex, single_lane
 from recall_service.projections.hits import FusedHit, LaneHit
+from recall_service.projections.vector_worker import VectorIndexBusy
 from recall_service.search_query import Hit, SearchMode, SearchQuery, check_query
 from recall_service.search_scope import Scope, resolve
 from recall_service.store.base import LogReader, LogStore
@@ -62,27 +64,69 @@ def search_filter(scope: Sequence[Stream], query: SearchQuery, tenant: str) -> S
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A search's hits, best first; `vector_lane_skipped`: a HYBRID search answered by the
+    lexical lane alone while the vector index built its search graph."""
+
+    hits: list[Hit]
+    vector_lane_skipped: bool = False
+
+
 def lanes(
-    projections: Projections, query: SearchQuery, flt: SearchFilter
-) -> tuple[list[LaneHit], list[LaneHit]]:
-    """The lexical and vector lanes' hits (a lane the mode leaves out returns none)."""
+    projections: Projections,
+    query: SearchQuery,
+    flt: SearchFilter,
+    pool: Executor | None = None,
+) -> tuple[list[LaneHit], list[LaneHit], bool]:
+    """The lexical and vector lanes' hits (a lane the mode leaves out returns none), and
+    whether a HYBRID search went without the vector lane because the vector index is busy
+    building its search graph (in VECTOR mode that is an error: `VectorIndexBusy`).
+
+    With a `pool`, a HYBRID search asks the vector index on one of its threads while this
+    thread runs the lexical lane: the two overlap whenever the vector index answers from
+    another process (the Edge worker, a Qdrant server) and so waits without the GIL.
+    """
     depth = max(LANE_DEPTH, query.limit)
     lexical: list[LaneHit] = []
     vector: list[LaneHit] = []
-    if query.lexical:
-        with tracing.span("search.lexical"):
-            lexical = projections.lexical.search(query.text, depth, flt)
+    pending: Future[list[LaneHit]] | None = None
+    skipped = False
     if query.vector:
-        with tracing.span("search.vector"):
+        with tracing.span("search.embed"):
             if query.query_vector:
                 client = projections.client_vectors
                 assert client is not None, "check_query refuses vectors elsewhere"
                 qvec = client.check([query.query_vector], "query_vector")[0]
             else:
                 qvec = projections.embedder.embed([query.text])[0]
-            if np.any(qvec):  # a query of no known token matches nothing, not everything
-                vector = projections.vectors.search(qvec, depth, flt)
-    return _by_score(lexical), _by_score(vector)
+        if np.any(qvec):  # a query of no known token matches nothing, not everything
+            if pool is not None and query.lexical:
+                pending = pool.submit(projections.vectors.search, qvec, depth, flt)
+            else:
+                with tracing.span("search.vector"):
+                    vector, skipped = _vector_lane(projections, query, qvec, depth, flt)
+    if query.lexical:
+        with tracing.span("search.lexical"):
+            lexical = projections.lexical.search(query.text, depth, flt)
+    if pending is not None:
+        with tracing.span("search.vector"):
+            try:
+                vector = pending.result()
+            except VectorIndexBusy:
+                skipped = True
+    return _by_score(lexical), _by_score(vector), skipped
+
+
+def _vector_lane(
+    projections: Projections, query: SearchQuery, qvec: Vectors, depth: int, flt: SearchFilter
+) -> tuple[list[LaneHit], bool]:
+    try:
+        return projections.vectors.search(qvec, depth, flt), False
+    except VectorIndexBusy:
+        if query.mode is not SearchMode.HYBRID:
+            raise
+        return [], True
 
 
 def _by_score(hits: list[LaneHit]) -> list[LaneHit]:
@@ -128,12 +172,14 @@ def run(
     query: SearchQuery,
     tenant: str,
     conflicts: ConflictSettings,
-) -> list[Hit]:
-    """The search itself, once the scope is known and the indexes are fresh enough."""
+    pool: Executor | None = None,
+) -> Answer:
+    """The search itself, once the scope is known and the indexes are fresh enough; `pool`
+    as for `lanes`."""
     if not scope.streams:
-        return []
+        return Answer([])
     flt = search_filter(scope.streams, query, tenant)
-    lexical, vector = lanes(projections, query, flt)
+    lexical, vector, skipped = lanes(projections, query, flt, pool)
     fused = fuse(query, lexical, vector)
     wanted = max(query.limit, conflicts.window)
     kept, records = with_records(store.reader(), scope.streams, fused, wanted)
@@ -141,7 +187,7 @@ def run(
         h.key: indexed_record(tenant, records[h.key]) for h in kept[: conflicts.window]
     }
     marked = mark_conflicts(kept, indexed, conflicts)
-    return [
+    hits = [
         Hit(
             record=records[h.key],
             score=h.score,
@@ -151,6 +197,7 @@ def run(
         )
         for h in marked[: query.limit]
     ]
+    return Answer(hits, skipped)
 
 
 class SearchEngine:
@@ -171,10 +218,18 @@ class SearchEngine:
         self.progress = Progress()
         indexer.add_listener(self.progress.fire)
         self._pool = ThreadPoolExecutor(self.settings.threads, thread_name_prefix="cairn-search")
+        # The vector lane of a HYBRID search, beside its lexical lane (a pool of its own, so
+        # that searches waiting for their vector lanes never hold every thread it needs);
+        # pointless when the vector index holds the GIL while it searches (Edge inline).
+        self._vector_pool = (
+            None
+            if getattr(projections.vectors, "holds_gil", False)
+            else ThreadPoolExecutor(self.settings.threads, thread_name_prefix="cairn-search-vector")
+        )
 
     async def search(
         self, principal: Principal, query: SearchQuery, time_left: float | None = None
-    ) -> list[Hit]:
+    ) -> Answer:
         """Hits for `query`, best first. `time_left` is what remains of the caller's
         deadline: a `min_seq` wait ends before it."""
         check_query(query, self.projections.client_vectors)
@@ -197,9 +252,10 @@ class SearchEngine:
             query,
             principal.tenant,
             self.settings.conflicts,
+            self._vector_pool,
         )
 
-    def _resolve_and_run(self, principal: Principal, query: SearchQuery) -> list[Hit]:
+    def _resolve_and_run(self, principal: Principal, query: SearchQuery) -> Answer:
         scope = resolve(self.deps, principal, query)
         return run(
             self.projections,
@@ -208,8 +264,11 @@ class SearchEngine:
             query,
             principal.tenant,
             self.settings.conflicts,
+            self._vector_pool,
         )
 
     def close(self) -> None:
         """Stops the search threads."""
         self._pool.shutdown(wait=True)
+        if self._vector_pool is not None:
+            self._vector_pool.shutdown(wait=True)

@@ -25,7 +25,9 @@ from recall_service.projections.embedders import (
     WordLlamaEmbedder,
 )
 from recall_service.projections.lexical import LexicalIndex
-from recall_service.projections.vectors import QdrantClientIndex, QdrantEdgeIndex, VectorIndex
+from recall_service.projections.qdrant_server import QdrantClientIndex
+from recall_service.projections.vector_worker import EdgeWorkerIndex
+from recall_service.projections.vectors import QdrantEdgeIndex, VectorIndex
 
 EmbedderName = Literal["wordllama", "openai", "client"]
 EMBEDDER_FILE = "embedder.json"
@@ -44,6 +46,8 @@ class SearchConfig:
     qdrant_url: str = ""
     qdrant_api_key: str = ""
     qdrant_collection: str = "cairn_records"
+    # Qdrant Edge in a child process (`projections.vector_worker`); False: in this process.
+    edge_process: bool = True
 
 
 def make_embedder(config: SearchConfig) -> Embedder:
@@ -68,7 +72,8 @@ def make_embedder(config: SearchConfig) -> Embedder:
 
 
 def open_vectors(config: SearchConfig, dim: int) -> VectorIndex:
-    """A Qdrant server collection (gRPC) when a URL is given, else Qdrant Edge on disk.
+    """A Qdrant server collection (gRPC) when a URL is given, else Qdrant Edge on disk (in a
+    child process unless `edge_process` is off).
 
     One collection holds every tenant, partitioned by payload: `tenant` is a tenant-index
     keyword field, and every search filters on it and on the streams (docs/search.md).
@@ -81,6 +86,8 @@ def open_vectors(config: SearchConfig, dim: int) -> VectorIndex:
             url=config.qdrant_url, api_key=config.qdrant_api_key or None, prefer_grpc=True
         )
         return QdrantClientIndex(client, config.qdrant_collection, dim)
+    if config.edge_process:
+        return EdgeWorkerIndex(config.index_dir / "vectors", dim)
     return QdrantEdgeIndex(config.index_dir / "vectors", dim)
 
 

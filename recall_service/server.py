@@ -58,6 +58,7 @@ class RecallSettings(ServerSettings):
     qdrant_url: str = ""
     qdrant_api_key: str = ""
     qdrant_collection: str = "cairn_records"
+    edge_inline: bool = False
     index_batch: int = Field(default=1024, ge=1)
     index_poll_seconds: float = Field(default=0.25, gt=0)
     search_wait_seconds: float = Field(default=5.0, ge=0)
@@ -81,6 +82,7 @@ class RecallSettings(ServerSettings):
             qdrant_url=self.qdrant_url,
             qdrant_api_key=self.qdrant_api_key,
             qdrant_collection=self.qdrant_collection,
+            edge_process=not self.edge_inline,
         )
 
 
@@ -100,6 +102,7 @@ RECALL_ENV = {
     "qdrant_url": "CAIRN_QDRANT_URL",
     "qdrant_api_key": "CAIRN_QDRANT_API_KEY",
     "qdrant_collection": "CAIRN_QDRANT_COLLECTION",
+    "edge_inline": "CAIRN_EDGE_INLINE",
     "search_wait_seconds": "CAIRN_SEARCH_WAIT_SECONDS",
 }
 
@@ -128,6 +131,13 @@ def add_search_flags(parser: argparse.ArgumentParser) -> None:
         "default: Qdrant Edge in --index-dir",
     )
     parser.add_argument("--qdrant-collection", help="collection name (default cairn_records)")
+    parser.add_argument(
+        "--edge-inline",
+        action="store_true",
+        default=None,
+        help="run Qdrant Edge inside this process instead of a child process of its own "
+        "(its calls then hold this process's GIL: a search-graph build stops every RPC)",
+    )
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:

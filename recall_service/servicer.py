@@ -321,8 +321,11 @@ class RecallServicer(recall_pb2_grpc.RecallServiceServicer):
         async with self.guard.call(context, "Search") as principal:
             if self.search is None:
                 raise Unavailable("search is not enabled on this server")
-            hits = await self.search.search(
+            answer = await self.search.search(
                 principal, convert.search_query_from_pb(request), context.time_remaining()
             )
-            return recall_pb2.SearchResponse(hits=[convert.hit_to_pb(h) for h in hits])
+            return recall_pb2.SearchResponse(
+                hits=[convert.hit_to_pb(h) for h in answer.hits],
+                vector_lane_skipped=answer.vector_lane_skipped,
+            )
         raise AssertionError("unreachable")

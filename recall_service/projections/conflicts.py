@@ -76,7 +76,17 @@ def relate(
     vector_b: npt.NDArray[np.float32] | None = None,
 ) -> Relation:
     """Whether `a` and `b` overlap in subject and whether they say the same."""
-    overlap_terms = jaccard(content_terms(a.text), content_terms(b.text))
+    return _relation(content_terms(a.text), content_terms(b.text), settings, vector_a, vector_b)
+
+
+def _relation(
+    terms_a: frozenset[str],
+    terms_b: frozenset[str],
+    settings: ConflictSettings,
+    vector_a: npt.NDArray[np.float32] | None,
+    vector_b: npt.NDArray[np.float32] | None,
+) -> Relation:
+    overlap_terms = jaccard(terms_a, terms_b)
     similar = (
         vector_a is not None
         and vector_b is not None
@@ -98,14 +108,15 @@ def conflicts_between(
     keys = [RecordKey(r.stream_id, r.seq) for r in records]
     graph: dict[RecordKey, set[RecordKey]] = {k: set() for k in keys}
     corroborators: dict[RecordKey, set[str]] = {k: set() for k in keys}
+    terms = [content_terms(r.text) for r in records]
     for i, a in enumerate(records):
         for j in range(i + 1, len(records)):
             b = records[j]
             if a.author == b.author:
                 continue
-            rel = relate(
-                a,
-                b,
+            rel = _relation(
+                terms[i],
+                terms[j],
                 settings,
                 None if vectors is None else vectors.get(keys[i]),
                 None if vectors is None else vectors.get(keys[j]),

@@ -101,7 +101,8 @@ class IndexedText:
 def normalise(text: str) -> str:
     """Canonical text: NFKC, straight quotes, no control characters, single spaces."""
     text = unicodedata.normalize("NFKC", text).translate(_QUOTES)
-    text = "".join(ch if ch.isprintable() else " " for ch in text)
+    if not text.isprintable():  # most texts are: skip the per-character pass
+        text = "".join(ch if ch.isprintable() else " " for ch in text)
     return _SPACE.sub(" ", text).strip()
 
 

@@ -1,7 +1,9 @@
 """The vector lane: one `VectorIndex` interface, two Qdrant adapters.
 
-- `QdrantEdgeIndex`: Qdrant's engine in-process (`qdrant-edge-py`), data under a directory.
-- `QdrantClientIndex`: `qdrant-client` against a Qdrant server, or its local/in-memory mode.
+- `QdrantEdgeIndex` (here): Qdrant's engine in-process (`qdrant-edge-py`), data under a
+  directory; the server runs it in a child process (`vector_worker.EdgeWorkerIndex`).
+- `QdrantClientIndex` (`qdrant_server`): `qdrant-client` against a Qdrant server, or its
+  local/in-memory mode.
 
 Each record is a point whose id is `documents.point_id(stream_id, seq)`, so writing a record
 twice replaces it. A stream's last applied seq is a payload-only point (no vector, no tenant,
@@ -20,8 +22,6 @@ from typing import Any, Protocol
 
 import numpy as np
 import qdrant_edge as edge
-from qdrant_client import QdrantClient
-from qdrant_client import models as qm
 
 from cairn_server.errors import FailedPrecondition, InvalidArgument
 from recall_service.projections.documents import IndexedRecord, RecordKey, marker_id, point_id
@@ -35,7 +35,7 @@ VECTOR_NAME = "dense"
 # sends a search over 10% of a 100k-record tenant to the filtered graph, which found only 87%
 # of the true top 10 in our measurement; exact scoring of 20k vectors takes ~4 ms.
 FULL_SCAN_THRESHOLD_KB = 20_000
-_KEYWORD_FIELDS = ("tenant", "stream", "author", "tags", "marker_stream")
+KEYWORD_FIELDS = ("tenant", "stream", "author", "tags", "marker_stream")
 
 
 class VectorIndex(Protocol):
@@ -89,21 +89,21 @@ def payload(record: IndexedRecord) -> dict[str, Any]:
     }
 
 
-def _check_batch(index: VectorIndex, records: Sequence[IndexedRecord], vectors: Vectors) -> None:
+def check_batch(index: VectorIndex, records: Sequence[IndexedRecord], vectors: Vectors) -> None:
     if vectors.shape != (len(records), index.dim):
         raise InvalidArgument(
             "vectors", f"expected shape ({len(records)}, {index.dim}), got {vectors.shape}"
         )
 
 
-def _query_vector(index: VectorIndex, vector: Vectors) -> list[float]:
+def query_vector(index: VectorIndex, vector: Vectors) -> list[float]:
     flat = np.asarray(vector, dtype=np.float32).reshape(-1)
     if flat.shape[0] != index.dim:
         raise InvalidArgument("vector", f"must have {index.dim} dimensions, got {flat.shape[0]}")
     return [float(x) for x in flat]
 
 
-def _hit(payload_: Mapping[str, Any] | None, score: float) -> LaneHit:
+def lane_hit(payload_: Mapping[str, Any] | None, score: float) -> LaneHit:
     assert payload_ is not None
     return LaneHit(key=RecordKey(str(payload_["stream"]), int(payload_["seq"])), score=score)
 
@@ -136,6 +136,9 @@ class QdrantEdgeIndex:
     Qdrant rescores the best candidates with the originals); it is fixed when the shard is
     created.
     """
+
+    # Every call holds the GIL for its whole run (measured: a ticker thread stalls).
+    holds_gil = True
 
     def __init__(self, path: Path, dim: int, quantize: bool = False) -> None:
         self._path = path
@@ -170,7 +173,7 @@ class QdrantEdgeIndex:
             ),
         )
         shard = edge.EdgeShard.create(str(self._path), config)
-        for name in _KEYWORD_FIELDS:
+        for name in KEYWORD_FIELDS:
             params = edge.KeywordIndexParams(is_tenant=True) if name == "tenant" else None
             shard.update(
                 edge.UpdateOperation.create_field_index(
@@ -192,14 +195,25 @@ class QdrantEdgeIndex:
         self, records: Sequence[IndexedRecord], vectors: Vectors, marks: Mapping[str, int]
     ) -> None:
         """Records and markers in one upsert: one WAL entry, applied whole or not at all."""
-        _check_batch(self, records, vectors)
+        check_batch(self, records, vectors)
+        self.upsert_points(
+            [point_id(r.stream_id, r.seq) for r in records],
+            vectors,
+            [payload(r) for r in records],
+            marks,
+        )
+
+    def upsert_points(
+        self,
+        ids: Sequence[str],
+        vectors: Vectors,
+        payloads: Sequence[dict[str, Any]],
+        marks: Mapping[str, int],
+    ) -> None:
+        """`upsert` once the records are points (ids, checked vectors, payloads)."""
         points = [
-            edge.Point(
-                id=point_id(r.stream_id, r.seq),
-                vector={VECTOR_NAME: vectors[i].tolist()},
-                payload=payload(r),
-            )
-            for i, r in enumerate(records)
+            edge.Point(id=ids[i], vector={VECTOR_NAME: vectors[i].tolist()}, payload=payloads[i])
+            for i in range(len(ids))
         ]
         points.extend(self._marker_points(marks))
         if points:
@@ -232,7 +246,7 @@ class QdrantEdgeIndex:
 
     def search(self, vector: Vectors, top_k: int, flt: SearchFilter) -> list[LaneHit]:
         """Filtered nearest neighbours by cosine similarity."""
-        query = _query_vector(self, vector)
+        query = query_vector(self, vector)
         if top_k < 1:
             return []
         found = self._shard.search(
@@ -244,7 +258,7 @@ class QdrantEdgeIndex:
                 with_vector=False,
             )
         )
-        return [_hit(p.payload, float(p.score)) for p in found]
+        return [lane_hit(p.payload, float(p.score)) for p in found]
 
     def count(self, flt: SearchFilter) -> int:
         """How many records pass `flt`."""
@@ -277,166 +291,3 @@ def shard_dim(path: Path) -> int:
 
     config = json.loads((path / "edge_config.json").read_text())
     return int(config["vectors"][VECTOR_NAME]["size"])
-
-
-# -- qdrant-client ------------------------------------------------------------------------
-
-
-def _client_filter(flt: SearchFilter) -> qm.Filter:
-    def any_of(key: str, values: Sequence[str]) -> qm.FieldCondition:
-        match: Any = (
-            qm.MatchValue(value=values[0]) if len(values) == 1 else qm.MatchAny(any=list(values))
-        )
-        return qm.FieldCondition(key=key, match=match)
-
-    must: list[Any] = [any_of("tenant", [flt.tenant]), any_of("stream", flt.stream_ids)]
-    if flt.authors:
-        must.append(any_of("author", flt.authors))
-    if flt.start is not None or flt.end is not None:
-        must.append(qm.FieldCondition(key="created_at", range=qm.Range(gte=flt.start, lt=flt.end)))
-    if flt.tags_any:
-        must.append(any_of("tags", flt.tags_any))
-    must.extend(any_of("tags", [tag]) for tag in flt.tags_all)
-    return qm.Filter(must=must)
-
-
-class QdrantClientIndex:
-    """A collection on a Qdrant server (or in `qdrant-client`'s local mode)."""
-
-    def __init__(self, client: QdrantClient, collection: str, dim: int) -> None:
-        self._client = client
-        self._collection = collection
-        self._dim = dim
-        self._marks: dict[str, int] = {}
-        self._ensure_collection()
-
-    @classmethod
-    def connect(
-        cls,
-        collection: str,
-        dim: int,
-        url: str | None = None,
-        api_key: str | None = None,
-        path: Path | None = None,
-    ) -> QdrantClientIndex:
-        """A server at `url`; else the local mode persisted under `path`; else in memory."""
-        if url is not None:
-            client = QdrantClient(url=url, api_key=api_key)
-        elif path is not None:
-            client = QdrantClient(path=str(path))
-        else:
-            client = QdrantClient(location=":memory:")
-        return cls(client, collection, dim)
-
-    def _ensure_collection(self) -> None:
-        if self._client.collection_exists(self._collection):
-            info = self._client.get_collection(self._collection)
-            params: Any = info.config.params.vectors
-            stored = int(params[VECTOR_NAME].size)
-            if stored != self._dim:
-                raise FailedPrecondition(
-                    f"collection '{self._collection}' holds {stored}-dim vectors, not "
-                    f"{self._dim}: reindex after changing the embedder"
-                )
-            return
-        self._client.create_collection(
-            self._collection,
-            vectors_config={
-                VECTOR_NAME: qm.VectorParams(size=self._dim, distance=qm.Distance.COSINE)
-            },
-        )
-        if self._client.init_options.get("location") == ":memory:" or self._client.init_options.get(
-            "path"
-        ):
-            return  # the local mode has no payload indexes
-        for name in _KEYWORD_FIELDS:
-            schema: Any = (
-                qm.KeywordIndexParams(type=qm.KeywordIndexType.KEYWORD, is_tenant=True)
-                if name == "tenant"
-                else qm.PayloadSchemaType.KEYWORD
-            )
-            self._client.create_payload_index(self._collection, name, schema)
-        self._client.create_payload_index(
-            self._collection, "created_at", qm.PayloadSchemaType.FLOAT
-        )
-        self._client.create_payload_index(self._collection, "seq", qm.PayloadSchemaType.INTEGER)
-
-    @property
-    def dim(self) -> int:
-        """The dimension of every stored vector."""
-        return self._dim
-
-    def _marker_points(self, marks: Mapping[str, int]) -> list[qm.PointStruct]:
-        return [
-            qm.PointStruct(id=marker_id(s), vector={}, payload={"marker_stream": s, "seq": seq})
-            for s, seq in marks.items()
-        ]
-
-    def upsert(
-        self, records: Sequence[IndexedRecord], vectors: Vectors, marks: Mapping[str, int]
-    ) -> None:
-        """Records then markers, in one request; `wait=True` returns once applied."""
-        _check_batch(self, records, vectors)
-        points = [
-            qm.PointStruct(
-                id=point_id(r.stream_id, r.seq),
-                vector={VECTOR_NAME: vectors[i].tolist()},
-                payload=payload(r),
-            )
-            for i, r in enumerate(records)
-        ]
-        points.extend(self._marker_points(marks))
-        if points:
-            self._client.upsert(self._collection, points=points, wait=True)
-        self._marks.update(marks)
-
-    def delete(self, stream_id: str, seqs: Iterable[int], marks: Mapping[str, int]) -> None:
-        """Deletes the points, then moves the markers."""
-        ids: list[Any] = [point_id(stream_id, seq) for seq in seqs]
-        if ids:
-            self._client.delete(
-                self._collection, points_selector=qm.PointIdsList(points=ids), wait=True
-            )
-        if marks:
-            self._client.upsert(self._collection, points=self._marker_points(marks), wait=True)
-        self._marks.update(marks)
-
-    def last_applied(self, stream_id: str) -> int:
-        """The stream's marker, read once and then tracked."""
-        if stream_id not in self._marks:
-            found = self._client.retrieve(self._collection, [marker_id(stream_id)])
-            self._marks[stream_id] = (
-                int(found[0].payload["seq"]) if found and found[0].payload else 0
-            )
-        return self._marks[stream_id]
-
-    def search(self, vector: Vectors, top_k: int, flt: SearchFilter) -> list[LaneHit]:
-        """Filtered nearest neighbours by cosine similarity."""
-        query = _query_vector(self, vector)
-        if top_k < 1:
-            return []
-        response = self._client.query_points(
-            self._collection,
-            query=query,
-            using=VECTOR_NAME,
-            query_filter=_client_filter(flt),
-            limit=top_k,
-            with_payload=["stream", "seq"],
-        )
-        return [_hit(p.payload, float(p.score)) for p in response.points]
-
-    def count(self, flt: SearchFilter) -> int:
-        """How many records pass `flt`."""
-        return int(
-            self._client.count(self._collection, count_filter=_client_filter(flt), exact=True).count
-        )
-
-    def reset(self) -> None:
-        """Drops and recreates the collection."""
-        self._client.delete_collection(self._collection)
-        self._marks.clear()
-        self._ensure_collection()
-
-    def close(self) -> None:
-        """Closes the client (the local mode persists on every write)."""
-        self._client.close()

@@ -196,7 +196,7 @@ def searches(store: LogStore, projections: Projections, exact: bool) -> list[Any
     for mode in SearchMode:
         for text in ("garden", "violin lantern", "token12", "the meteor compass"):
             query = SearchQuery(text, mode=mode, top_k=100)
-            hits = run(projections, store, scope, query, "acme", _conflicts())
+            hits = run(projections, store, scope, query, "acme", _conflicts()).hits
             if exact or mode is SearchMode.VECTOR:
                 found.append(
                     [(h.record.stream_id, h.record.seq, h.lexical_rank, h.vector_rank, h.score)

@@ -24,7 +24,8 @@ from recall_service.projections.embedders import Vectors, normalise_rows
 from recall_service.projections.filters import SearchFilter, matches
 from recall_service.projections.hits import LaneHit
 from recall_service.projections.lexical import LexicalIndex
-from recall_service.projections.vectors import QdrantClientIndex, QdrantEdgeIndex, VectorIndex
+from recall_service.projections.qdrant_server import QdrantClientIndex
+from recall_service.projections.vectors import QdrantEdgeIndex, VectorIndex
 
 DIM = 8
 LANES = ("edge", "qdrant-client", "tantivy")

@@ -11,7 +11,8 @@ from cairn_server.errors import FailedPrecondition, InvalidArgument
 from recall_service.projections.documents import IndexedRecord, RecordKey
 from recall_service.projections.embedders import normalise_rows
 from recall_service.projections.filters import SearchFilter
-from recall_service.projections.vectors import QdrantClientIndex, QdrantEdgeIndex, VectorIndex
+from recall_service.projections.qdrant_server import QdrantClientIndex
+from recall_service.projections.vectors import QdrantEdgeIndex, VectorIndex
 
 ALL = SearchFilter("t", ("s",))
 

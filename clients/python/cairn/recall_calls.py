@@ -8,7 +8,7 @@ the caller may not act on it. Reads, `attach` (attaching again writes nothing) a
 that carry idempotency keys are retried when the server is unavailable.
 
 A new RPC slots in as one more builder here (as `search` did, returning
-`Call[list[SearchHit]]`) and one line in each of `RecallClient` and `AsyncRecallClient`.
+`Call[SearchResults]`) and one line in each of `RecallClient` and `AsyncRecallClient`.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from cairn.recall_types import (
     OverlappingPair,
     Participant,
     Record,
-    SearchHit,
     SearchMode,
+    SearchResults,
     Stream,
     WriteEntry,
     Written,
@@ -319,7 +319,7 @@ def search(
     top_k: int = 10,
     query_vector: Sequence[float] = (),
     timeout: float | None = None,
-) -> Call[list[SearchHit]]:
+) -> Call[SearchResults]:
     """Searches the messages of `stream_ids` (at most 100; none: every stream the caller may
     read) for `query`, best first, at most `top_k` (1-100) hits: BM25 and vectors fused
     (`mode` hybrid), or one of them. Filters: authors, time [start, end), tags (any / all).
@@ -352,7 +352,7 @@ def search(
             top_k=top_k,
             query_vector=list(query_vector),
         ),
-        lambda r: [convert.search_hit(h) for h in r.hits],
+        convert.search_results,
         idempotent=True,
         timeout=timeout,
     )

@@ -19,6 +19,7 @@ from cairn.recall_types import (
     Record,
     RecordRef,
     SearchHit,
+    SearchResults,
     Stream,
     Verification,
     WriteEntry,
@@ -152,6 +153,11 @@ def consistency_proof(pb: recall_pb2.GetConsistencyProofResponse) -> Consistency
 def public_key(pb: recall_pb2.GetPublicKeyResponse) -> PublicKey:
     """A PublicKey."""
     return PublicKey(algorithm=pb.algorithm, public_key=pb.public_key, key_id=pb.key_id)
+
+
+def search_results(pb: recall_pb2.SearchResponse) -> SearchResults:
+    """The hits of a search, with whether the vector lane was skipped."""
+    return SearchResults((search_hit(h) for h in pb.hits), pb.vector_lane_skipped)
 
 
 def search_hit(pb: recall_pb2.SearchHit) -> SearchHit:

@@ -7,6 +7,7 @@ what the server sent with `cairn.verify`, which works on the wire format, pass
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -289,3 +290,13 @@ class SearchHit:
     lexical_rank: int | None
     vector_rank: int | None
     conflicts_with: tuple[RecordRef, ...]
+
+
+class SearchResults(list[SearchHit]):
+    """A search's hits, best first: a list, plus `vector_lane_skipped` — True when a hybrid
+    search was answered from the lexical lane alone because the server's embedded vector
+    index was building its search graph (search again shortly for the fused answer)."""
+
+    def __init__(self, hits: Iterable[SearchHit] = (), vector_lane_skipped: bool = False):
+        super().__init__(hits)
+        self.vector_lane_skipped = vector_lane_skipped

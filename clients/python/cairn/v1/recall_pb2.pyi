@@ -1534,16 +1534,23 @@ class SearchResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     HITS_FIELD_NUMBER: _builtins.int
+    VECTOR_LANE_SKIPPED_FIELD_NUMBER: _builtins.int
+    vector_lane_skipped: _builtins.bool
+    """True when a HYBRID search was answered from the lexical lane alone because the server's
+    embedded vector index (Qdrant Edge) was building its search graph; search again shortly
+    for the fused answer. (A VECTOR search at that moment fails with UNAVAILABLE.)
+    """
     @_builtins.property
     def hits(self) -> _containers.RepeatedCompositeFieldContainer[Global___SearchHit]: ...
     def __init__(
         self,
         *,
         hits: _abc.Iterable[Global___SearchHit] | None = ...,
+        vector_lane_skipped: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["hits", b"hits"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hits", b"hits", "vector_lane_skipped", b"vector_lane_skipped"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

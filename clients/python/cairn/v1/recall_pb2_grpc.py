@@ -361,8 +361,10 @@ class RecallServiceServicer:
         NOT_FOUND / PERMISSION_DENIED: a named stream, as for Read.
         FAILED_PRECONDITION: stream_ids is empty and the caller may read more than 1000 streams.
         UNAVAILABLE: the indexes did not reach `min_seq` in time (the message names the stream,
-        how far its index is and the seq asked for; retry), or the vector index or the
-        embedding endpoint is unreachable.
+        how far its index is and the seq asked for; retry), the vector index or the
+        embedding endpoint is unreachable, or (VECTOR mode) the embedded vector index is
+        building its search graph (HYBRID then answers from the lexical lane and sets
+        `vector_lane_skipped`).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -176,8 +176,10 @@ class RecallServiceStub:
     NOT_FOUND / PERMISSION_DENIED: a named stream, as for Read.
     FAILED_PRECONDITION: stream_ids is empty and the caller may read more than 1000 streams.
     UNAVAILABLE: the indexes did not reach `min_seq` in time (the message names the stream,
-      how far its index is and the seq asked for; retry), or the vector index or the
-      embedding endpoint is unreachable.
+      how far its index is and the seq asked for; retry), the vector index or the
+      embedding endpoint is unreachable, or (VECTOR mode) the embedded vector index is
+      building its search graph (HYBRID then answers from the lexical lane and sets
+      `vector_lane_skipped`).
     """
 
 @_typing.type_check_only
@@ -328,8 +330,10 @@ class RecallServiceAsyncStub(RecallServiceStub):
     NOT_FOUND / PERMISSION_DENIED: a named stream, as for Read.
     FAILED_PRECONDITION: stream_ids is empty and the caller may read more than 1000 streams.
     UNAVAILABLE: the indexes did not reach `min_seq` in time (the message names the stream,
-      how far its index is and the seq asked for; retry), or the vector index or the
-      embedding endpoint is unreachable.
+      how far its index is and the seq asked for; retry), the vector index or the
+      embedding endpoint is unreachable, or (VECTOR mode) the embedded vector index is
+      building its search graph (HYBRID then answers from the lexical lane and sets
+      `vector_lane_skipped`).
     """
 
 class RecallServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -579,8 +583,10 @@ class RecallServiceServicer(metaclass=_abc_1.ABCMeta):
         NOT_FOUND / PERMISSION_DENIED: a named stream, as for Read.
         FAILED_PRECONDITION: stream_ids is empty and the caller may read more than 1000 streams.
         UNAVAILABLE: the indexes did not reach `min_seq` in time (the message names the stream,
-          how far its index is and the seq asked for; retry), or the vector index or the
-          embedding endpoint is unreachable.
+          how far its index is and the seq asked for; retry), the vector index or the
+          embedding endpoint is unreachable, or (VECTOR mode) the embedded vector index is
+          building its search graph (HYBRID then answers from the lexical lane and sets
+          `vector_lane_skipped`).
         """
 
 def add_RecallServiceServicer_to_server(servicer: RecallServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

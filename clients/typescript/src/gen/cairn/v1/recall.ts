@@ -683,6 +683,12 @@ export interface SearchHit {
 
 export interface SearchResponse {
   hits: SearchHit[];
+  /**
+   * True when a HYBRID search was answered from the lexical lane alone because the server's
+   * embedded vector index (Qdrant Edge) was building its search graph; search again shortly
+   * for the fused answer. (A VECTOR search at that moment fails with UNAVAILABLE.)
+   */
+  vectorLaneSkipped: boolean;
 }
 
 function createBaseStream(): Stream {
@@ -6242,13 +6248,16 @@ export const SearchHit: MessageFns<SearchHit> = {
 };
 
 function createBaseSearchResponse(): SearchResponse {
-  return { hits: [] };
+  return { hits: [], vectorLaneSkipped: false };
 }
 
 export const SearchResponse: MessageFns<SearchResponse> = {
   encode(message: SearchResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     for (const v of message.hits) {
       SearchHit.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.vectorLaneSkipped !== false) {
+      writer.uint32(16).bool(message.vectorLaneSkipped);
     }
     return writer;
   },
@@ -6274,6 +6283,14 @@ export const SearchResponse: MessageFns<SearchResponse> = {
             message.hits.push(SearchHit.decode(reader, reader.uint32()));
             continue;
           }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.vectorLaneSkipped = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -6287,13 +6304,23 @@ export const SearchResponse: MessageFns<SearchResponse> = {
   },
 
   fromJSON(object: any): SearchResponse {
-    return { hits: globalThis.Array.isArray(object?.hits) ? object.hits.map((e: any) => SearchHit.fromJSON(e)) : [] };
+    return {
+      hits: globalThis.Array.isArray(object?.hits) ? object.hits.map((e: any) => SearchHit.fromJSON(e)) : [],
+      vectorLaneSkipped: isSet(object.vectorLaneSkipped)
+        ? globalThis.Boolean(object.vectorLaneSkipped)
+        : isSet(object.vector_lane_skipped)
+        ? globalThis.Boolean(object.vector_lane_skipped)
+        : false,
+    };
   },
 
   toJSON(message: SearchResponse): unknown {
     const obj: any = {};
     if (message.hits?.length) {
       obj.hits = message.hits.map((e) => SearchHit.toJSON(e));
+    }
+    if (message.vectorLaneSkipped !== false) {
+      obj.vectorLaneSkipped = message.vectorLaneSkipped;
     }
     return obj;
   },
@@ -6304,6 +6331,7 @@ export const SearchResponse: MessageFns<SearchResponse> = {
   fromPartial(object: DeepPartial<SearchResponse>): SearchResponse {
     const message = createBaseSearchResponse();
     message.hits = object.hits?.map((e) => SearchHit.fromPartial(e)) || [];
+    message.vectorLaneSkipped = object.vectorLaneSkipped ?? false;
     return message;
   },
 };
@@ -6583,8 +6611,10 @@ export const RecallServiceDefinition = {
      * NOT_FOUND / PERMISSION_DENIED: a named stream, as for Read.
      * FAILED_PRECONDITION: stream_ids is empty and the caller may read more than 1000 streams.
      * UNAVAILABLE: the indexes did not reach `min_seq` in time (the message names the stream,
-     *   how far its index is and the seq asked for; retry), or the vector index or the
-     *   embedding endpoint is unreachable.
+     *   how far its index is and the seq asked for; retry), the vector index or the
+     *   embedding endpoint is unreachable, or (VECTOR mode) the embedded vector index is
+     *   building its search graph (HYBRID then answers from the lexical lane and sets
+     *   `vector_lane_skipped`).
      */
     search: {
       name: "Search",
@@ -6897,8 +6927,10 @@ export const RecallServiceService = {
    * NOT_FOUND / PERMISSION_DENIED: a named stream, as for Read.
    * FAILED_PRECONDITION: stream_ids is empty and the caller may read more than 1000 streams.
    * UNAVAILABLE: the indexes did not reach `min_seq` in time (the message names the stream,
-   *   how far its index is and the seq asked for; retry), or the vector index or the
-   *   embedding endpoint is unreachable.
+   *   how far its index is and the seq asked for; retry), the vector index or the
+   *   embedding endpoint is unreachable, or (VECTOR mode) the embedded vector index is
+   *   building its search graph (HYBRID then answers from the lexical lane and sets
+   *   `vector_lane_skipped`).
    */
   search: {
     path: "/cairn.v1.RecallService/Search" as const,
@@ -7041,8 +7073,10 @@ export interface RecallServiceServer extends UntypedServiceImplementation {
    * NOT_FOUND / PERMISSION_DENIED: a named stream, as for Read.
    * FAILED_PRECONDITION: stream_ids is empty and the caller may read more than 1000 streams.
    * UNAVAILABLE: the indexes did not reach `min_seq` in time (the message names the stream,
-   *   how far its index is and the seq asked for; retry), or the vector index or the
-   *   embedding endpoint is unreachable.
+   *   how far its index is and the seq asked for; retry), the vector index or the
+   *   embedding endpoint is unreachable, or (VECTOR mode) the embedded vector index is
+   *   building its search graph (HYBRID then answers from the lexical lane and sets
+   *   `vector_lane_skipped`).
    */
   search: handleUnaryCall<SearchRequest, SearchResponse>;
 }
@@ -7398,8 +7432,10 @@ export interface RecallServiceClient extends Client {
    * NOT_FOUND / PERMISSION_DENIED: a named stream, as for Read.
    * FAILED_PRECONDITION: stream_ids is empty and the caller may read more than 1000 streams.
    * UNAVAILABLE: the indexes did not reach `min_seq` in time (the message names the stream,
-   *   how far its index is and the seq asked for; retry), or the vector index or the
-   *   embedding endpoint is unreachable.
+   *   how far its index is and the seq asked for; retry), the vector index or the
+   *   embedding endpoint is unreachable, or (VECTOR mode) the embedded vector index is
+   *   building its search graph (HYBRID then answers from the lexical lane and sets
+   *   `vector_lane_skipped`).
    */
   search(
     request: SearchRequest,
