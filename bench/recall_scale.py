@@ -8,7 +8,8 @@ writes with the indexer keeping up, then `Search` latency, memory and disk.
    `--streams` streams of one tenant, by `WriteBatch` of 1,000; then a `Search` with every
    stream's last seq as `min_seq` waits until the indexes hold everything (indexing rate).
    The server builds the vector index's search graph once writes pause (Qdrant Edge's
-   `optimize`); the bench waits for it.
+   `optimize`, in its child process); the bench waits for it, searching one stream every
+   0.2 s meanwhile (how the server answers during the build).
 2. **Sustained unary writes**: 32 `Write` calls in flight for `--write-seconds`, spread over
    the streams; the index lag (`cairn_index_lag_records` from /metrics) is sampled every
    0.5 s, and after the last write a `min_seq` search measures how long the indexes take to
@@ -16,7 +17,7 @@ writes with the indexer keeping up, then `Search` latency, memory and disk.
 3. **Search**: `--queries` LoCoMo questions, sequentially, over one stream, ten streams and all
    streams, in each mode; client-side round trips and server-side times (the access log's
    `ms`, measured around the servicer by the RPC guard).
-4. The server's RSS and the disk used by the log and by each index.
+4. The server's RSS (with its Edge worker) and the disk used by the log and by each index.
 
 Prints one JSON object.
 """
@@ -65,11 +66,21 @@ def texts(dataset: Path, n: int, seed: int = 7) -> tuple[list[str], list[str]]:
 
 
 def rss_mb(pid: int) -> float:
-    """Resident memory of a process, from /proc."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return round(int(line.split()[1]) / 1024, 1)
-    return 0.0
+    """Resident memory of a process and its children (the Edge worker), from /proc."""
+    total = 0
+    for proc in (pid, *_children(pid)):
+        for line in Path(f"/proc/{proc}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1])
+    return round(total / 1024, 1)
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        children = (task / "children").read_text().split()
+        out.extend(int(c) for c in children)
+    return out
 
 
 def du_mb(path: Path) -> float:
@@ -204,11 +215,38 @@ def optimizes(log_text: str) -> list[dict[str, float]]:
     return out
 
 
-def wait_for_optimize(server: ServerProcess, seen: int, timeout: float) -> None:
-    """Waits until the server has logged more than `seen` index builds (bounded)."""
+def wait_for_optimize(
+    server: ServerProcess,
+    seen: int,
+    timeout: float,
+    client: cairn.Client | None = None,
+    probe: tuple[list[str], list[str]] | None = None,
+) -> dict[str, Any]:
+    """Waits until the server has logged more than `seen` index builds (bounded). With a
+    client and `probe` (stream ids, questions), searches meanwhile, one every 0.2 s: the
+    server's answers during the build (round trips, and how many went without the vector
+    lane)."""
     started = time.perf_counter()
+    rng = random.Random(5)
+    samples: list[float] = []
+    skipped = 0
     while time.perf_counter() - started < timeout and len(optimizes(server.log())) <= seen:
-        time.sleep(1)
+        if client is None or probe is None:
+            time.sleep(1)
+            continue
+        t0 = time.perf_counter()
+        hits = client.recall.search(rng.choice(probe[1]), stream_ids=[rng.choice(probe[0])])
+        samples.append((time.perf_counter() - t0) * 1000)
+        skipped += hits.vector_lane_skipped
+        time.sleep(0.2)
+    if not samples:
+        return {}
+    return {
+        "searches": len(samples),
+        "vector_lane_skipped": skipped,
+        "ms_p50": round(percentile(samples, 50), 2),
+        "ms_max": round(max(samples), 2),
+    }
 
 
 def log_mb(data_dir: Path, postgres: str | None, schema: str) -> float:
@@ -253,7 +291,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 out["load_index_caught_up_s_after_writes"] = round(caught, 1)
                 out["load_indexed_records_per_s"] = round(args.records / (seconds + caught))
                 if args.records >= OPTIMIZE_AFTER:  # the server builds the graph once idle
-                    wait_for_optimize(server, 0, timeout=7200)
+                    out["hybrid_searches_during_graph_build"] = wait_for_optimize(
+                        server, 0, 7200, client, (ids, questions)
+                    )
                 out["rss_mb_after_load"] = rss_mb(server.proc.pid)
                 sustained = asyncio.run(
                     sustained_writes(server.address, key, ids, args.write_seconds, metrics_port)
