@@ -39,9 +39,10 @@ TAIL_SLACK_US = 10_000_000
 class IndexerSettings:
     """How the indexer paces itself.
 
-    `optimize_after` / `optimize_idle_seconds`: with an in-process vector index that builds
-    its search graph on request (Qdrant Edge), build it once that many records arrived since
-    the last build and the log has been quiet that long (0 turns it off).
+    `optimize_after` / `optimize_idle_seconds`: with a vector index that builds its search
+    graph on request (Qdrant Edge), build it once that many records arrived since the last
+    build, the log has been quiet that long and the indexer has caught up (0 turns it off;
+    `should_optimize`).
     """
 
     batch_records: int = 1024
@@ -54,6 +55,21 @@ class IndexerSettings:
     retry_seconds: float = 1.0
     optimize_after: int = 20_000
     optimize_idle_seconds: float = 2.0
+
+
+def should_optimize(
+    settings: IndexerSettings, unoptimized: int, applied: int, quiet_seconds: float
+) -> bool:
+    """Whether to build the vector index's search graph now: enough vectors arrived since the
+    last build, the log has been quiet a while, and the last pass applied nothing — so the
+    indexer has caught up (a pass drains the streams only to the sizes it read; after a bulk
+    load the next pass may still find most of it, and a build blocks the indexer meanwhile)."""
+    return bool(
+        settings.optimize_after
+        and unoptimized >= settings.optimize_after
+        and quiet_seconds >= settings.optimize_idle_seconds
+        and applied == 0
+    )
 
 
 class Indexer:
@@ -140,7 +156,7 @@ class Indexer:
                 return
             try:
                 applied = self.run_once()
-                self._maybe_optimize()
+                self._maybe_optimize(applied)
                 if applied and self.settings.coalesce_seconds:
                     self._hurry.wait(self.settings.coalesce_seconds)
                 self._hurry.clear()
@@ -230,15 +246,12 @@ class Indexer:
             listener()
         return sum(last - first + 1 for _, first, last in work)
 
-    def _maybe_optimize(self) -> None:
-        """Builds the vector index's search graph when the log has been quiet a while."""
+    def _maybe_optimize(self, applied: int) -> None:
+        """Builds the vector index's search graph when `should_optimize` says so."""
         optimize = getattr(self.projections.vectors, "optimize", None)
-        s = self.settings
-        if (
-            optimize is None
-            or not s.optimize_after
-            or self._unoptimized < s.optimize_after
-            or time.monotonic() - self._last_write < s.optimize_idle_seconds
+        quiet = time.monotonic() - self._last_write
+        if optimize is None or not should_optimize(
+            self.settings, self._unoptimized, applied, quiet
         ):
             return
         started = time.perf_counter()
