@@ -298,7 +298,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 sustained = asyncio.run(
                     sustained_writes(server.address, key, ids, args.write_seconds, metrics_port)
                 )
-                sustained["catch_up_s"] = round(wait_indexed(client, ids, timeout=600), 2)
+                sustained["catch_up_s"] = round(wait_indexed(client, ids, timeout=7200), 2)
                 out["sustained_unary_writes"] = sustained
                 # The writes paused: let the index build they may trigger finish first.
                 time.sleep(4)
