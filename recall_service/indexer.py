@@ -193,7 +193,7 @@ class Indexer:
                 self._update_lag()
             if progress is not None:
                 progress(total)
-        self._update_lag()
+        self._update_lag(force=True)  # what a long quiet spell (a graph build) will show
         return total
 
     def track(self, streams: Iterable[Stream]) -> None:
@@ -262,12 +262,13 @@ class Indexer:
         )
         self._unoptimized = 0
 
-    def _update_lag(self) -> None:
-        """Exports the lag: records behind, and the age of the oldest record not applied."""
+    def _update_lag(self, force: bool = False) -> None:
+        """Exports the lag: records behind, and the age of the oldest record not applied (at
+        most once a second during a drain; `force` at its end)."""
         if self.metrics is None:
             return
         now = time.monotonic()
-        if now - self._lag_checked < 1.0:
+        if now - self._lag_checked < 1.0 and not force:
             return
         self._lag_checked = now
         lanes = {

@@ -16,6 +16,7 @@ import psycopg
 import pytest
 
 from cairn_server.auth import Principal, Role
+from cairn_server.metrics import Metrics
 from recall_service import streams, writes
 from recall_service.core import Deps
 from recall_service.index_plan import index_key
@@ -239,5 +240,23 @@ def test_a_rebuild_from_the_log_gives_the_same_results(
     assert (again.streams, again.records) == (1, 21)
     assert searches(store, projections, exact=False) == incremental
     assert_complete(store, projections, {"a": 35, "b": 20})
+    projections.close()
+    store.close()
+
+
+def test_the_lag_gauges_read_zero_once_a_pass_has_caught_up(
+    store_spec: list[str], tmp_path: Path, embedder: WordLlamaEmbedder
+) -> None:
+    """Mid-pass the gauges refresh at most once a second; the end of a pass always refreshes
+    them, so a long quiet spell after it (a search-graph build) never shows a stale lag."""
+    store = open_store(store_spec)
+    fill(store, tmp_path, "a", 50)
+    projections = open_projections(tmp_path / "index", embedder)
+    metrics = Metrics("recall")
+    indexer = Indexer(store, projections, IndexerSettings(batch_records=16), metrics)
+    assert indexer.run_once() == 51  # the owner's attach and 50 messages
+    for lane in ("lexical", "vector"):
+        for name in ("cairn_index_lag_records", "cairn_index_lag_seconds"):
+            assert metrics.registry.get_sample_value(name, {"projection": lane}) == 0.0
     projections.close()
     store.close()
