@@ -295,14 +295,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         server, 0, 7200, client, (ids, questions)
                     )
                 out["rss_mb_after_load"] = rss_mb(server.proc.pid)
+                built = len(optimizes(server.log()))
                 sustained = asyncio.run(
                     sustained_writes(server.address, key, ids, args.write_seconds, metrics_port)
                 )
                 sustained["catch_up_s"] = round(wait_indexed(client, ids, timeout=7200), 2)
                 out["sustained_unary_writes"] = sustained
-                # The writes paused: let the index build they may trigger finish first.
+                # The writes paused: let the index build they may trigger (it may already
+                # have run during the catch-up) finish first.
                 time.sleep(4)
-                built = len(optimizes(server.log()))
                 if sustained["writes"] >= OPTIMIZE_AFTER // 3:  # each indexed ~3 times
                     wait_for_optimize(server, built, timeout=3600)
                 mark = len(server.log())
