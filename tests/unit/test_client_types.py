@@ -175,3 +175,23 @@ def test_compiled_context_parses_the_tools_array() -> None:
     )
     assert context.tools == ({"type": "function", "function": {"name": "t"}},)
     assert context.status is cairn.ContextStatus.NEEDS_COMPACTION
+
+
+def test_search_results_are_the_hits_and_say_when_the_vector_lane_was_skipped() -> None:
+    hit = recall_pb2.SearchHit(
+        record=recall_pb2.Record(stream_id="s", seq=3, content="the lake"),
+        score=1.5,
+        lexical_rank=1,
+        conflicts_with=[recall_pb2.RecordRef(stream_id="s", seq=9)],
+    )
+    skipped = recall_convert.search_results(
+        recall_pb2.SearchResponse(hits=[hit], vector_lane_skipped=True)
+    )
+    assert skipped.vector_lane_skipped is True
+    assert len(skipped) == 1
+    assert (skipped[0].record.seq, skipped[0].score) == (3, 1.5)
+    assert (skipped[0].lexical_rank, skipped[0].vector_rank) == (1, None)
+    assert skipped[0].conflicts_with == (cairn.RecordRef("s", 9),)
+    fused = recall_convert.search_results(recall_pb2.SearchResponse(hits=[hit, hit]))
+    assert fused.vector_lane_skipped is False and len(fused) == 2
+    assert isinstance(fused, list)

@@ -297,6 +297,6 @@ class SearchResults(list[SearchHit]):
     search was answered from the lexical lane alone because the server's embedded vector
     index was building its search graph (search again shortly for the fused answer)."""
 
-    def __init__(self, hits: Iterable[SearchHit] = (), vector_lane_skipped: bool = False):
+    def __init__(self, hits: Iterable[SearchHit] = (), vector_lane_skipped: bool = False) -> None:
         super().__init__(hits)
         self.vector_lane_skipped = vector_lane_skipped
