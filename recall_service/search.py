@@ -235,7 +235,7 @@ class SearchEngine:
         check_query(query, self.projections.client_vectors)
         loop = asyncio.get_running_loop()
         if not query.min_seq:  # nothing to wait for: one hop to a search thread
-            return await loop.run_in_executor(self._pool, self._resolve_and_run, principal, query)
+            return await loop.run_in_executor(self._pool, self._run, principal, query)
         scope = await loop.run_in_executor(self._pool, resolve, self.deps, principal, query)
         if scope.wanted:
             wait = self.settings.max_wait_seconds
@@ -243,20 +243,12 @@ class SearchEngine:
                 wait = min(wait, max(0.0, time_left - 0.05))
             self.indexer.want(scope.wanted)
             await until_indexed(self.indexer.applied, self.progress, scope.wanted, wait)
-        return await loop.run_in_executor(
-            self._pool,
-            run,
-            self.projections,
-            self.deps.store,
-            scope,
-            query,
-            principal.tenant,
-            self.settings.conflicts,
-            self._vector_pool,
-        )
+        return await loop.run_in_executor(self._pool, self._run, principal, query, scope)
 
-    def _resolve_and_run(self, principal: Principal, query: SearchQuery) -> Answer:
-        scope = resolve(self.deps, principal, query)
+    def _run(self, principal: Principal, query: SearchQuery, scope: Scope | None = None) -> Answer:
+        """The search on this thread, resolving the scope first unless it is given."""
+        if scope is None:
+            scope = resolve(self.deps, principal, query)
         return run(
             self.projections,
             self.deps.store,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from cairn_server.sqldb import Db
 from recall_service.merkle import Coord
@@ -150,19 +150,8 @@ class SqlLogReader:
     def by_idempotency_keys(self, stream: Stream, keys: Sequence[str]) -> dict[str, Record]:
         """Records written with these idempotency keys."""
         unique = [k for k in dict.fromkeys(keys) if k]
-        found: dict[str, Record] = {}
-        for start in range(0, len(unique), 500):
-            chunk = unique[start : start + 500]
-            marks = ",".join("?" * len(chunk))
-            rows = self._c.execute(
-                f"SELECT {RECORD_COLUMNS}, {REDACTED_BY} FROM records r"
-                f" WHERE r.stream = ? AND r.idempotency_key IN ({marks})",
-                [stream.key, *chunk],
-            ).fetchall()
-            for row in rows:
-                record = record_of(stream.id, row, row[16])
-                found[record.idempotency_key] = record
-        return found
+        records = self._records_where_in(stream, "idempotency_key", unique)
+        return {record.idempotency_key: record for record in records}
 
     def overlapping(
         self, stream: Stream, within: int, *, after: tuple[int, int], limit: int
@@ -307,18 +296,23 @@ class SqlLogReader:
 
     def records_at(self, stream: Stream, seqs: Sequence[int]) -> dict[int, Record]:
         """The records of these seqs that exist, by seq."""
-        unique = list(dict.fromkeys(seqs))
-        found: dict[int, Record] = {}
-        for start in range(0, len(unique), 500):
-            chunk = unique[start : start + 500]
+        records = self._records_where_in(stream, "seq", list(dict.fromkeys(seqs)))
+        return {record.seq: record for record in records}
+
+    def _records_where_in(
+        self, stream: Stream, column: Literal["seq", "idempotency_key"], values: Sequence[object]
+    ) -> list[Record]:
+        """The stream's records whose `column` is one of `values`, 500 values a query."""
+        found: list[Record] = []
+        for start in range(0, len(values), 500):
+            chunk = values[start : start + 500]
             marks = ",".join("?" * len(chunk))
             rows = self._c.execute(
                 f"SELECT {RECORD_COLUMNS}, {REDACTED_BY} FROM records r"
-                f" WHERE r.stream = ? AND r.seq IN ({marks})",
+                f" WHERE r.stream = ? AND r.{column} IN ({marks})",
                 [stream.key, *chunk],
             ).fetchall()
-            for row in rows:
-                found[row[0]] = record_of(stream.id, row, row[16])
+            found.extend(record_of(stream.id, row, row[16]) for row in rows)
         return found
 
     def vectors(self, stream: Stream, first: int, last: int) -> dict[int, bytes]:
