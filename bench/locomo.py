@@ -92,7 +92,7 @@ def run(dataset: Path, mode: str, top_k: int) -> dict[str, Any]:
         key, _ = create_key(keys, TENANT, Role.ADMIN, "locomo")
         keys.close()
         server = ServerProcess(
-            "recall_service", data_dir, free_port(), ["--log-level", "debug"], {}
+            "recall_service", data_dir, free_port(), ["--access-log"], {}
         ).start()
         try:
             with cairn.Client(recall=server.address, api_key=key, timeout=60) as client:

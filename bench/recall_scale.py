@@ -95,6 +95,13 @@ def lag_records(metrics_port: int) -> int:
     return int(max((float(x) for x in found), default=0.0))
 
 
+def unoptimized_points(metrics_port: int) -> int:
+    """Vector points written since the last graph build, from /metrics."""
+    body = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read()
+    found = re.search(rb"^cairn_vector_points_unoptimized ([0-9.e+]+)$", body, re.MULTILINE)
+    return int(float(found.group(1))) if found else 0
+
+
 def load_log(client: cairn.Client, records: list[str], streams: int) -> tuple[list[str], float]:
     """Creates the streams and writes the records by WriteBatch; returns ids and seconds."""
     ids = []
@@ -271,7 +278,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="cairn-scale-") as tmp:
         data_dir = Path(tmp)
         metrics_port = free_port()
-        flags = ["--log-level", "debug", "--metrics-port", str(metrics_port)]
+        flags = ["--access-log", "--metrics-port", str(metrics_port)]
         keys: Any
         if args.postgres:
             flags += ["--database-url", args.postgres, "--database-schema", schema]
@@ -303,8 +310,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 out["sustained_unary_writes"] = sustained
                 # The writes paused: let the index build they may trigger (it may already
                 # have run during the catch-up) finish first.
-                time.sleep(4)
-                if sustained["writes"] >= OPTIMIZE_AFTER // 3:  # each indexed ~3 times
+                if unoptimized_points(metrics_port) >= OPTIMIZE_AFTER:
                     wait_for_optimize(server, built, timeout=3600)
                 mark = len(server.log())
                 out["search_ms_client"] = search_latency(client, ids, questions, args.queries)

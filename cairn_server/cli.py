@@ -45,7 +45,7 @@ def cmd_state_serve(args: argparse.Namespace) -> int:
     from state_service.server import serve, settings_from_args
 
     settings = settings_from_args(args)
-    log.configure(settings.log_level)
+    log.configure(settings.log_level, settings.access_log)
     asyncio.run(serve(settings))
     return 0
 
@@ -56,7 +56,7 @@ def cmd_recall_serve(args: argparse.Namespace) -> int:
     from recall_service.server import serve, settings_from_args
 
     settings = settings_from_args(args)
-    log.configure(settings.log_level)
+    log.configure(settings.log_level, settings.access_log)
     asyncio.run(serve(settings))
     return 0
 

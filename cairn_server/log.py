@@ -30,10 +30,15 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
-def configure(level: str = "info") -> None:
-    """Routes all logging through the JSON formatter at `level`."""
+ACCESS_LOGGER = "cairn.rpc"
+
+
+def configure(level: str = "info", access_log: bool = False) -> None:
+    """Routes all logging through the JSON formatter at `level`; with `access_log`, the
+    access log (`cairn.rpc` at debug: one line per RPC that succeeded) whatever the level."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    logging.getLogger(ACCESS_LOGGER).setLevel(logging.DEBUG if access_log else logging.NOTSET)

@@ -87,6 +87,11 @@ class Metrics:
             ["projection"],
             registry=r,
         )
+        self.vector_points_unoptimized = Gauge(
+            "cairn_vector_points_unoptimized",
+            "Vector points written since the vector index last built its search graph.",
+            registry=r,
+        )
         self.embedded_texts = Counter(
             "cairn_embedded_texts_total", "Texts embedded into vectors.", ["embedder"], registry=r
         )

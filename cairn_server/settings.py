@@ -23,6 +23,7 @@ class ServerSettings(BaseModel):
     max_message_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
     grace_seconds: float = Field(default=10.0, ge=0)
     log_level: str = "info"
+    access_log: bool = False
     tls_cert: Path | None = None
     tls_key: Path | None = None
     metrics_port: int = Field(default=0, ge=0, le=65535)
@@ -65,6 +66,13 @@ def add_server_flags(parser: argparse.ArgumentParser, default_port: int) -> None
     parser.add_argument("--max-message-bytes", type=int, help="largest request accepted")
     parser.add_argument("--grace-seconds", type=float, help="how long in-flight calls may finish")
     parser.add_argument("--log-level", help="debug, info, warning or error")
+    parser.add_argument(
+        "--access-log",
+        action="store_true",
+        default=None,
+        help="log every RPC that succeeded (method, caller, ms) whatever --log-level says "
+        "(env CAIRN_ACCESS_LOG)",
+    )
     parser.add_argument("--tls-cert", help="PEM certificate chain; enables TLS with --tls-key")
     parser.add_argument("--tls-key", help="PEM private key")
     parser.add_argument(
@@ -87,11 +95,14 @@ SERVER_ENV = {
     "max_message_bytes": "CAIRN_MAX_MESSAGE_BYTES",
     "grace_seconds": "CAIRN_GRACE_SECONDS",
     "log_level": "CAIRN_LOG_LEVEL",
+    "access_log": "CAIRN_ACCESS_LOG",
     "tls_cert": "CAIRN_TLS_CERT",
     "tls_key": "CAIRN_TLS_KEY",
     "metrics_host": "CAIRN_METRICS_HOST",
     "otlp_endpoint": "CAIRN_OTLP_ENDPOINT",
 }
+
+BOOL_SETTINGS = frozenset({"insecure_local", "access_log"})
 
 S = TypeVar("S", bound=ServerSettings)
 
@@ -112,7 +123,7 @@ def settings_from(
     for name, var in env_names.items():
         if env.get(var, "") != "":
             raw = env[var]
-            values[name] = env_bool(raw) if name == "insecure_local" else raw
+            values[name] = env_bool(raw) if name in BOOL_SETTINGS else raw
     for name in cls.model_fields:
         flag = getattr(args, name, None)
         if flag is not None:

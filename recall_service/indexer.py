@@ -238,6 +238,8 @@ class Indexer:
         for key, seq in batch.marks.items():
             self._applied[key] = seq
         self._unoptimized += done.vectors
+        if self.metrics is not None and done.vectors:
+            self.metrics.vector_points_unoptimized.set(self._unoptimized)
         if self.metrics is not None and done.embedded:
             name = self.projections.embedder.name
             self.metrics.embedded_texts.labels(name).inc(done.embedded)
@@ -261,6 +263,8 @@ class Indexer:
             extra={"points": self._unoptimized, "seconds": round(time.perf_counter() - started, 2)},
         )
         self._unoptimized = 0
+        if self.metrics is not None:
+            self.metrics.vector_points_unoptimized.set(0)
 
     def _update_lag(self, force: bool = False) -> None:
         """Exports the lag: records behind, and the age of the oldest record not applied (at

@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m recall_service", description=__doc__)
     add_flags(parser)
     settings = settings_from_args(parser.parse_args(argv))
-    log.configure(settings.log_level)
+    log.configure(settings.log_level, settings.access_log)
     logging.getLogger("cairn.recall").debug("settings", extra={"settings": settings.model_dump()})
     try:
         asyncio.run(serve(settings))

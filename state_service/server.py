@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m state_service", description=__doc__)
     add_flags(parser)
     settings = settings_from_args(parser.parse_args(argv))
-    log.configure(settings.log_level)
+    log.configure(settings.log_level, settings.access_log)
     logging.getLogger("cairn.state").debug("settings", extra={"settings": settings.model_dump()})
     try:
         asyncio.run(serve(settings))

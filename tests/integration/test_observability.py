@@ -11,6 +11,7 @@ from typing import Any
 
 import grpc
 import httpx
+import pytest
 from google.protobuf import field_mask_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
@@ -150,3 +151,18 @@ def test_logs_are_json_with_request_id_and_principal_and_never_keys_or_content(
     assert secret not in text
     assert key not in text
     assert key.split("_")[2] not in text
+
+
+@pytest.mark.parametrize("flags", [(), ("--access-log",)])
+def test_the_access_log_is_its_own_switch(server_factory: Any, flags: tuple[str, ...]) -> None:
+    """At the default level (info) a server logs no RPC; `--access-log` adds one line per
+    RPC that succeeded, and nothing else that debug would show."""
+    proc = server_factory("state_service", *flags)
+    key = make_key(proc, "acme")
+    with grpc.insecure_channel(proc.address) as channel:
+        state_client(channel, key).CreateAgent(state_pb2.CreateAgentRequest(name="quiet"))
+    assert proc.stop() == 0
+    lines = [json.loads(line) for line in proc.log().splitlines() if line.startswith("{")]
+    calls = [(line["method"], line["code"]) for line in lines if line["msg"] == "rpc"]
+    assert calls == ([("CreateAgent", "OK")] if flags else [])
+    assert [line for line in lines if line["level"] == "debug" and line["msg"] != "rpc"] == []

@@ -6,6 +6,7 @@ the log alone gives the same search results."""
 from __future__ import annotations
 
 import subprocess
+import time
 import sys
 import uuid
 from collections.abc import Iterator
@@ -258,5 +259,31 @@ def test_the_lag_gauges_read_zero_once_a_pass_has_caught_up(
     for lane in ("lexical", "vector"):
         for name in ("cairn_index_lag_records", "cairn_index_lag_seconds"):
             assert metrics.registry.get_sample_value(name, {"projection": lane}) == 0.0
+    projections.close()
+    store.close()
+
+
+def test_the_unoptimized_gauge_counts_vector_points_until_a_graph_build(
+    store_spec: list[str], tmp_path: Path, embedder: WordLlamaEmbedder
+) -> None:
+    """`cairn_vector_points_unoptimized`: the points written since the last search-graph
+    build (each of the 50 messages once: they arrive in one pass, so no neighbour is
+    rewritten), back to 0 once the indexer has built the graph."""
+    store = open_store(store_spec)
+    fill(store, tmp_path, "a", 50)
+    projections = open_projections(tmp_path / "index", embedder)
+    metrics = Metrics("recall")
+    settings = IndexerSettings(optimize_after=50, optimize_idle_seconds=0.0, poll_seconds=0.05)
+    indexer = Indexer(store, projections, settings, metrics)
+    assert indexer.run_once() == 51
+    assert metrics.registry.get_sample_value("cairn_vector_points_unoptimized") == 50.0
+    indexer.start()
+    try:
+        deadline = time.monotonic() + 30
+        while metrics.registry.get_sample_value("cairn_vector_points_unoptimized") != 0.0:
+            assert time.monotonic() < deadline, "no graph build within 30 s"
+            time.sleep(0.05)
+    finally:
+        indexer.stop()
     projections.close()
     store.close()
