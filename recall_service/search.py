@@ -12,8 +12,8 @@ indexed is dropped), and marks conflicts among the top hits (`projections.confli
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,7 +28,6 @@ from recall_service.models import Record, Stream
 from recall_service.projection_set import Projections
 from recall_service.projections.conflicts import ConflictSettings, mark_conflicts
 from recall_service.projections.documents import IndexedRecord, RecordKey
-from recall_service.projections.embedders import Vectors
 from recall_service.projections.filters import SearchFilter
 from recall_service.projections.fusion import convex, single_lane
 from recall_service.projections.hits import FusedHit, LaneHit
@@ -83,14 +82,15 @@ def lanes(
     whether a HYBRID search went without the vector lane because the vector index is busy
     building its search graph (in VECTOR mode that is an error: `VectorIndexBusy`).
 
-    With a `pool`, a HYBRID search asks the vector index on one of its threads while this
-    thread runs the lexical lane: the two overlap whenever the vector index answers from
-    another process (the Edge worker, a Qdrant server) and so waits without the GIL.
+    A HYBRID search overlaps the lanes whenever the vector index answers from another
+    process and so waits without the GIL: the Edge worker takes the query before this thread
+    runs the lexical lane and is read after it (`search_started`); any other such index (a
+    Qdrant server) is asked on a thread of `pool`.
     """
     depth = max(LANE_DEPTH, query.limit)
     lexical: list[LaneHit] = []
     vector: list[LaneHit] = []
-    pending: Future[list[LaneHit]] | None = None
+    pending: Callable[[], list[LaneHit]] | None = None
     skipped = False
     if query.vector:
         with tracing.span("search.embed"):
@@ -101,32 +101,31 @@ def lanes(
             else:
                 qvec = projections.embedder.embed([query.text])[0]
         if np.any(qvec):  # a query of no known token matches nothing, not everything
-            if pool is not None and query.lexical:
-                pending = pool.submit(projections.vectors.search, qvec, depth, flt)
-            else:
-                with tracing.span("search.vector"):
-                    vector, skipped = _vector_lane(projections, query, qvec, depth, flt)
-    if query.lexical:
-        with tracing.span("search.lexical"):
-            lexical = projections.lexical.search(query.text, depth, flt)
-    if pending is not None:
-        with tracing.span("search.vector"):
+            started = getattr(projections.vectors, "search_started", None)
             try:
-                vector = pending.result()
+                if started is not None and query.lexical:
+                    pending = started(qvec, depth, flt)
+                elif pool is not None and query.lexical:
+                    pending = pool.submit(projections.vectors.search, qvec, depth, flt).result
+                else:
+                    with tracing.span("search.vector"):
+                        vector = projections.vectors.search(qvec, depth, flt)
             except VectorIndexBusy:
+                if query.mode is not SearchMode.HYBRID:
+                    raise
                 skipped = True
-    return _by_score(lexical), _by_score(vector), skipped
-
-
-def _vector_lane(
-    projections: Projections, query: SearchQuery, qvec: Vectors, depth: int, flt: SearchFilter
-) -> tuple[list[LaneHit], bool]:
     try:
-        return projections.vectors.search(qvec, depth, flt), False
-    except VectorIndexBusy:
-        if query.mode is not SearchMode.HYBRID:
-            raise
-        return [], True
+        if query.lexical:
+            with tracing.span("search.lexical"):
+                lexical = projections.lexical.search(query.text, depth, flt)
+    finally:
+        if pending is not None:
+            with tracing.span("search.vector"):
+                try:
+                    vector = pending()
+                except VectorIndexBusy:
+                    skipped = True
+    return _by_score(lexical), _by_score(vector), skipped
 
 
 def _by_score(hits: list[LaneHit]) -> list[LaneHit]:

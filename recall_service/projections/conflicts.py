@@ -25,7 +25,7 @@ who say the same among the window.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -196,5 +196,5 @@ def mark_conflicts(
         ranked = sorted(group, key=lambda k: (-scores[k], position[k]))
         for slot, key in zip(slots, ranked, strict=True):
             conflicting = tuple(sorted(graph[key], key=lambda k: (k.stream_id, k.seq)))
-            out[slot] = replace(by_key[key], conflicts_with=conflicting)
+            out[slot] = by_key[key]._replace(conflicts_with=conflicting)
     return out

@@ -24,6 +24,8 @@ _MARKER_NAMESPACE = uuid.UUID("0b7f6a49-3d2c-4e1a-8f57-9d6c1e2a4b30")
 _QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})
 _CURLY = "\u2018\u2019\u201c\u201d"
 _WORD = re.compile(r"[^\W_]+")
+# What `_WORD` matches in ASCII text (lowercased), two characters or more.
+_ASCII_WORD = re.compile(r"[a-z0-9]{2,}")
 
 # A general-purpose English stop-word list (127 function words, after NLTK's): words
 # that carry no subject. Tantivy's built-in list (Lucene's 33 words) leaves question words
@@ -179,9 +181,12 @@ class RecordKey(NamedTuple):
 
 def content_terms(text: str) -> frozenset[str]:
     """The lowercase words of `text` that carry subject: no stop words, no single letters."""
-    return frozenset(
-        w for w in _WORD.findall(normalise(text).lower()) if len(w) > 1 and w not in _STOP_SET
-    )
+    lowered = normalise(text).lower()
+    if lowered.isascii():  # the same words, found by a simpler pattern in a third less time
+        return frozenset(_ASCII_WORD.findall(lowered)) - _STOP_SET
+    words = set(_WORD.findall(lowered))
+    words -= _STOP_SET
+    return frozenset(w for w in words if len(w) > 1)
 
 
 def reindexed_seqs(first_seq: int, last_seq: int, settings: TextSettings) -> range:

@@ -51,7 +51,7 @@ def _ordered(
         for key, score in scores.items()
     )
     return [
-        FusedHit(key=key, score=-neg, lexical_rank=lexical.get(key), vector_rank=vector.get(key))
+        FusedHit(key, -neg, lexical.get(key), vector.get(key))
         for neg, _, _, _, key in order[:limit]
     ]
 

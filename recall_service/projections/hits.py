@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from recall_service.projections.documents import RecordKey
 
+# Named tuples, not dataclasses: a search makes a hundred or more of each, and a tuple is
+# built in half the time of a frozen dataclass.
 
-@dataclass(frozen=True, slots=True)
-class LaneHit:
+
+class LaneHit(NamedTuple):
     """One record found by one lane, with that lane's raw score (higher is better)."""
 
     key: RecordKey
     score: float
 
 
-@dataclass(frozen=True, slots=True)
-class FusedHit:
+class FusedHit(NamedTuple):
     """One record after fusion: the fused score and its 1-based rank in each lane.
 
     A lane's rank is None when that lane did not return the record. `conflicts_with` lists

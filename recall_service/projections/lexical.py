@@ -220,7 +220,7 @@ class LexicalIndex:
         for score, address in searcher.search(query, limit=top_k, count=False).hits:
             doc = searcher.doc(address)
             key = RecordKey(str(doc.get_first("stream")), _stored_int(doc, "seq"))
-            hits.append(LaneHit(key=key, score=float(score)))
+            hits.append(LaneHit(key, float(score)))
         return hits
 
     def _term(self, field: str, value: str) -> tantivy.Query:

@@ -28,7 +28,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -136,6 +136,12 @@ class EdgeWorkerIndex:
     def _call(self, op: str, *args: Any, busy_fails: bool = False) -> Any:
         """One call to the child. With `busy_fails`, raises `VectorIndexBusy` instead of
         waiting while a search-graph build holds the child."""
+        self._send(op, args, busy_fails)
+        return self._receive(op)
+
+    def _send(self, op: str, args: tuple[Any, ...], busy_fails: bool) -> None:
+        """Takes the socket and sends one call; the socket stays taken until `_receive`
+        (released here only when the send fails)."""
         if busy_fails:
             while not self._lock.acquire(timeout=0.05):
                 if self._building_since is not None:
@@ -152,16 +158,30 @@ class EdgeWorkerIndex:
             assert self._conn is not None
             try:
                 self._conn.send((op, args))
+            except OSError:
+                raise self._lost(op) from None
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _receive(self, op: str) -> Any:
+        """The reply to the call `_send` sent; gives the socket back."""
+        try:
+            assert self._conn is not None
+            try:
                 reply = self._conn.recv()
             except (EOFError, OSError):
-                code = self._stop_child()
-                raise Unavailable(
-                    f"the vector index process exited during '{op}' (code {code}); "
-                    "the next call starts another"
-                ) from None
+                raise self._lost(op) from None
             return self._unwrap(reply)
         finally:
             self._lock.release()
+
+    def _lost(self, op: str) -> Unavailable:
+        code = self._stop_child()
+        return Unavailable(
+            f"the vector index process exited during '{op}' (code {code}); "
+            "the next call starts another"
+        )
 
     def _busy(self) -> VectorIndexBusy:
         since = self._building_since or time.monotonic()
@@ -204,13 +224,26 @@ class EdgeWorkerIndex:
 
     def search(self, vector: Vectors, top_k: int, flt: SearchFilter) -> list[LaneHit]:
         """Filtered nearest neighbours; `VectorIndexBusy` during a search-graph build."""
+        return self.search_started(vector, top_k, flt)()
+
+    def search_started(
+        self, vector: Vectors, top_k: int, flt: SearchFilter
+    ) -> Callable[[], list[LaneHit]]:
+        """Sends a search to the child and returns what waits for its hits: the caller
+        works meanwhile (the lexical lane) and must call it, once, even if that work fails
+        (until then no other call reaches the child). `VectorIndexBusy` during a build."""
         query_vector(self, vector)
         if top_k < 1:
-            return []
+            return list
         if self._building_since is not None:
             raise self._busy()
-        rows = self._call("search", vector, top_k, _filter_row(flt), busy_fails=True)
-        return [LaneHit(RecordKey(stream, seq), score) for stream, seq, score in rows]
+        self._send("search", (vector, top_k, _filter_row(flt)), busy_fails=True)
+
+        def hits() -> list[LaneHit]:
+            rows = self._receive("search")
+            return [LaneHit(RecordKey(stream, seq), score) for stream, seq, score in rows]
+
+        return hits
 
     def count(self, flt: SearchFilter) -> int:
         """How many records pass `flt`."""

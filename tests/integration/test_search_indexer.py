@@ -6,8 +6,8 @@ the log alone gives the same search results."""
 from __future__ import annotations
 
 import subprocess
-import time
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path

@@ -254,6 +254,53 @@ def test_a_hybrid_search_during_a_build_is_answered_by_the_lexical_lane(
     store.close()
 
 
+class FailingLexical:
+    """A lexical index whose search fails."""
+
+    def search(self, text: str, top_k: int, flt: SearchFilter) -> list[LaneHit]:
+        raise RuntimeError("the lexical lane failed")
+
+
+def test_a_hybrid_search_through_the_worker_overlaps_its_lanes_and_frees_the_worker(
+    tmp_path: Path,
+) -> None:
+    """The worker takes the query before the lexical lane runs and is read after it: the
+    hits are those of the shard in this process, and a failing lexical lane still reads the
+    worker's reply, so the next call reaches the worker."""
+    store = SqliteLogStore(tmp_path / "log")
+    fill_log(store, tmp_path, "a", 20)
+    embedder = WordLlamaEmbedder()
+    inline = Projections(
+        LexicalIndex(tmp_path / "lexical1"), QdrantEdgeIndex(tmp_path / "v1", DIM), embedder
+    )
+    worker = EdgeWorkerIndex(tmp_path / "v2", DIM)
+    split = Projections(LexicalIndex(tmp_path / "lexical2"), worker, embedder)
+    for projections in (inline, split):
+        Indexer(store, projections).run_once()
+    scope = Scope(tuple(store.reader().changed_streams(0)), {})
+    query = SearchQuery("garden violin", mode=SearchMode.HYBRID, top_k=8)
+
+    def ranked(projections: Projections) -> list[tuple[int, int | None, int | None]]:
+        answer = run(projections, store, scope, query, "acme", ConflictSettings())
+        return [(h.record.seq, h.lexical_rank, h.vector_rank) for h in answer.hits]
+
+    expected = ranked(inline)
+    assert len(expected) == 8
+    assert any(vector is not None for _, _, vector in expected)
+    assert ranked(split) == expected
+    failing = Projections(FailingLexical(), worker, embedder)  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError, match="the lexical lane failed"):
+        ranked(failing)
+    after = threading.Thread(target=lambda: worker.count(SearchFilter("acme", ("a",))), daemon=True)
+    after.start()
+    after.join(timeout=10)
+    assert not after.is_alive(), "the worker's socket was left taken"
+    assert ranked(split) == expected
+    for projections in (inline, split):
+        projections.close()
+    store.close()
+
+
 class Ticker:
     """The longest gap between the wake-ups of a thread that sleeps 10 ms at a time."""
 

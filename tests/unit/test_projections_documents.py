@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import random
+import re
+import string
+
 import pytest
 
 from cairn_server.errors import InvalidArgument
 from recall_service.projections.documents import (
+    ENGLISH_STOPWORDS,
     IndexedRecord,
     IndexedText,
     TextSettings,
@@ -99,6 +104,24 @@ def test_content_terms_drop_stopwords_and_single_letters() -> None:
     assert content_terms("What did I buy at the Café? A new bike, e.g. for 2 kids!") == frozenset(
         {"buy", "café", "new", "bike", "kids"}
     )
+    assert content_terms("What did I buy at the cafe? A new bike_rack, e.g. for 2 of 42 kids!") == (
+        frozenset({"buy", "cafe", "new", "bike", "rack", "42", "kids"})
+    )
+
+
+def test_content_terms_of_ascii_text_are_the_unicode_patterns_words() -> None:
+    """ASCII text takes a faster pattern: the words are those of the general one."""
+    word = re.compile(r"[^\W_]+")
+    rng = random.Random(11)
+    alphabet = string.printable + "ab"
+    for _ in range(2000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 60)))
+        general = {
+            w
+            for w in word.findall(normalise(text).lower())
+            if len(w) > 1 and w not in ENGLISH_STOPWORDS
+        }
+        assert content_terms(text) == frozenset(general), text
 
 
 FILTER_CASES = [
