@@ -11,6 +11,13 @@ its streams at once (`want`).
 
 A failure (the vector server unreachable, a full disk) is logged and retried after a pause;
 the lag metrics grow meanwhile, and writes are not affected.
+
+The vector index's search-graph build (Qdrant Edge's `optimize`, minutes at a million
+records) runs on a thread of its own when the index answers from another process (the Edge
+worker). Meanwhile the indexer keeps applying the log to the lexical lane alone — searches
+are answered by that lane during a build, so `applied` is its marker then — and once the
+build ends it brings the vector lane up from its own markers. With Edge in this process the
+build holds the GIL throughout, so it runs on the indexer thread and everything waits.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from recall_service.index_plan import index_key, plan
 from recall_service.index_reads import read_slice
 from recall_service.models import Record, Stream
 from recall_service.projection_set import Projections
+from recall_service.projections.vector_worker import VectorIndexBusy
 from recall_service.store.base import LogStore
 
 log = logging.getLogger("cairn.recall.indexer")
@@ -87,7 +95,11 @@ class Indexer:
         self.settings = settings or IndexerSettings()
         self.metrics = metrics
         self._streams: dict[str, Stream] = {}  # by index key, as last read from the log
-        self._applied: dict[str, int] = {}
+        # Each lane's marker per index key, read from the lane once and then tracked.
+        self._lexical: dict[str, int] = {}
+        self._vector: dict[str, int] = {}
+        self._build: threading.Thread | None = None
+        self._next_build = 0.0  # monotonic time before which no build starts (after a failure)
         self._wanted: dict[str, Stream] = {}
         self._wanted_lock = threading.Lock()
         self._wake = threading.Event()
@@ -138,12 +150,34 @@ class Indexer:
         """Calls `callback` (on the indexer thread) after every applied batch."""
         self._listeners.append(callback)
 
+    @property
+    def building(self) -> bool:
+        """True while the vector index builds its search graph on the build thread."""
+        return self._build is not None and self._build.is_alive()
+
     def applied(self, tenant: str, stream_id: str) -> int:
-        """The seq through which both indexes hold the stream."""
+        """The seq through which searches see the stream: both lanes hold it — or, during a
+        graph build, the lexical lane, which answers them meanwhile."""
         key = index_key(tenant, stream_id)
-        found = self._applied.get(key)
+        lexical = self._lexical_mark(key)
+        vector = None if self.building else self._vector_mark(key)
+        return lexical if vector is None else min(lexical, vector)
+
+    def _lexical_mark(self, key: str) -> int:
+        found = self._lexical.get(key)
         if found is None:
-            found = self._applied[key] = self.projections.applied(key)
+            found = self._lexical[key] = self.projections.lexical.last_applied(key)
+        return found
+
+    def _vector_mark(self, key: str) -> int | None:
+        """None for a marker not read yet while a build holds the vector index (reading it
+        would wait for the build)."""
+        found = self._vector.get(key)
+        if found is None:
+            try:
+                found = self._vector[key] = self.projections.vectors.last_applied(key)
+            except VectorIndexBusy:
+                return None
         return found
 
     # -- the work -------------------------------------------------------------------------
@@ -206,7 +240,8 @@ class Indexer:
 
     def forget_progress(self) -> None:
         """Drops what is known of the markers (after the indexes were reset)."""
-        self._applied.clear()
+        self._lexical.clear()
+        self._vector.clear()
 
     def _behind(self, first: Mapping[str, Stream]) -> list[tuple[Stream, int, int]]:
         """(stream, first seq, last seq) for one batch, wanted streams first."""
@@ -234,9 +269,14 @@ class Indexer:
                 for stream, first, last in work
             ]
         batch = plan(slices, settings)
-        done = self.projections.apply(batch)
+        # The build thread only ends, never starts, while this runs: a batch begun during a
+        # build goes to the lexical lane alone, and is applied to both lanes later.
+        both = not self.building
+        done = self.projections.apply(batch, vectors=both)
         for key, seq in batch.marks.items():
-            self._applied[key] = seq
+            self._lexical[key] = seq
+            if both:
+                self._vector[key] = seq
         self._unoptimized += done.vectors
         if self.metrics is not None and done.vectors:
             self.metrics.vector_points_unoptimized.set(self._unoptimized)
@@ -249,22 +289,46 @@ class Indexer:
         return sum(last - first + 1 for _, first, last in work)
 
     def _maybe_optimize(self, applied: int) -> None:
-        """Builds the vector index's search graph when `should_optimize` says so."""
-        optimize = getattr(self.projections.vectors, "optimize", None)
+        """Starts the vector index's search-graph build when `should_optimize` says so: on
+        the build thread, or on this one when the index holds the GIL while it builds."""
+        vectors = self.projections.vectors
+        optimize = getattr(vectors, "optimize", None)
         quiet = time.monotonic() - self._last_write
-        if optimize is None or not should_optimize(
-            self.settings, self._unoptimized, applied, quiet
+        if (
+            optimize is None
+            or self.building
+            or time.monotonic() < self._next_build
+            or not should_optimize(self.settings, self._unoptimized, applied, quiet)
         ):
             return
+        if getattr(vectors, "holds_gil", False):
+            self._optimize(optimize)
+            return
+        self._build = threading.Thread(
+            target=self._optimize, args=(optimize,), name="cairn-graph-build", daemon=True
+        )
+        self._build.start()
+
+    def _optimize(self, optimize: Callable[[], object]) -> None:
+        """Builds the graph; the vector points it covers no longer count as unoptimized
+        (nothing reaches the vector lane during a build on the build thread)."""
+        points = self._unoptimized
         started = time.perf_counter()
-        optimize()
+        try:
+            optimize()
+        except Exception:
+            log.exception("vector index build failed; retrying later")
+            self._next_build = time.monotonic() + self.settings.retry_seconds
+            return
+        finally:
+            self._wake.set()  # bring the vector lane up to the lexical one
         log.info(
             "vector index optimized",
-            extra={"points": self._unoptimized, "seconds": round(time.perf_counter() - started, 2)},
+            extra={"points": points, "seconds": round(time.perf_counter() - started, 2)},
         )
-        self._unoptimized = 0
+        self._unoptimized -= points
         if self.metrics is not None:
-            self.metrics.vector_points_unoptimized.set(0)
+            self.metrics.vector_points_unoptimized.set(self._unoptimized)
 
     def _update_lag(self, force: bool = False) -> None:
         """Exports the lag: records behind, and the age of the oldest record not applied (at
@@ -275,17 +339,18 @@ class Indexer:
         if now - self._lag_checked < 1.0 and not force:
             return
         self._lag_checked = now
-        lanes = {
-            "lexical": self.projections.lexical.last_applied,
-            "vector": self.projections.vectors.last_applied,
-        }
         reader = self.store.reader()
         wall = time.time()
-        for name, last_applied in lanes.items():
+        lanes: dict[str, Callable[[str], int | None]] = {
+            "lexical": self._lexical_mark,
+            "vector": self._vector_mark,
+        }
+        for name, mark in lanes.items():
             behind = 0
             oldest = wall
             for key, stream in self._streams.items():
-                done = last_applied(key)
+                # A stream first seen during a build is new: none of it is in the vector lane.
+                done = mark(key) or 0
                 if stream.size > done:
                     behind += stream.size - done
                     pending = reader.record(stream, done + 1)

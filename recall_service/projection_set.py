@@ -64,10 +64,18 @@ class Projections:
         """The seq through which both lanes have applied the stream `key`."""
         return min(self.lexical.last_applied(key), self.vectors.last_applied(key))
 
-    def apply(self, batch: IndexBatch) -> Applied:
-        """Writes one batch to both lanes (see the module docstring for the order)."""
+    def apply(self, batch: IndexBatch, vectors: bool = True) -> Applied:
+        """Writes one batch to both lanes (see the module docstring for the order); with
+        `vectors=False` to the lexical lane alone (while the vector index builds its search
+        graph: the vector lane's markers stay where they are, so the batch is applied to it
+        again later, and the lexical lane's copy is overwritten then)."""
         records = batch.records
         texts = [batch.texts[i] for i in batch.targets]
+        if not vectors:
+            for key, seqs in batch.deletes.items():
+                self.lexical.delete(key, seqs)
+            self.lexical.apply(records, texts, batch.marks)
+            return Applied(len(records), 0, sum(map(len, batch.deletes.values())), 0, 0.0)
         started = time.perf_counter()
         with_vectors, matrix, embedded = self._vectors(batch, records)
         spent = time.perf_counter() - started if embedded else 0.0

@@ -217,9 +217,10 @@ class EdgeWorkerIndex:
         self._marks.update(marks)
 
     def last_applied(self, stream_id: str) -> int:
-        """The stream's marker, asked of the child once and then tracked."""
+        """The stream's marker, asked of the child once and then tracked; `VectorIndexBusy`
+        instead of waiting for a search-graph build."""
         if stream_id not in self._marks:
-            self._marks[stream_id] = int(self._call("last_applied", stream_id))
+            self._marks[stream_id] = int(self._call("last_applied", stream_id, busy_fails=True))
         return self._marks[stream_id]
 
     def search(self, vector: Vectors, top_k: int, flt: SearchFilter) -> list[LaneHit]:

@@ -12,14 +12,15 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from cairn_server.errors import FailedPrecondition, Unavailable
-from recall_service.indexer import Indexer
+from cairn_server.metrics import Metrics
+from recall_service.indexer import Indexer, IndexerSettings
 from recall_service.projection_set import Projections
 from recall_service.projections.conflicts import ConflictSettings
 from recall_service.projections.documents import IndexedRecord
@@ -252,6 +253,72 @@ def test_a_hybrid_search_during_a_build_is_answered_by_the_lexical_lane(
     inline.close()
     lexical.close()
     store.close()
+
+
+def test_the_lexical_lane_keeps_indexing_during_a_graph_build(tmp_path: Path) -> None:
+    """A build on the build thread, held open by a stopped worker: records written meanwhile
+    reach the lexical lane (a HYBRID search finds them; `applied` is the lexical marker) and
+    not the vector lane (its lag shows them); once the build ends the vector lane catches up
+    and the count of unoptimized points covers exactly those records."""
+    store = SqliteLogStore(tmp_path / "log")
+    fill_log(store, tmp_path, "a", 20)
+    embedder = WordLlamaEmbedder()
+    worker = EdgeWorkerIndex(tmp_path / "vectors", DIM)
+    projections = Projections(LexicalIndex(tmp_path / "lexical"), worker, embedder)
+    metrics = Metrics("recall")
+    settings = IndexerSettings(optimize_after=20, optimize_idle_seconds=0.0, poll_seconds=0.05)
+    indexer = Indexer(store, projections, settings, metrics)
+    assert indexer.run_once() == 21  # the owner's attach and 20 messages
+    child = worker._proc
+    assert child is not None
+    os.kill(child.pid, signal.SIGSTOP)  # the build lasts until SIGCONT, on any machine
+    indexer.start()
+    try:
+        wait_for(lambda: indexer.building, "a build to start")
+        fill_log(store, tmp_path, "a", 5, start=20)
+        wait_for(lambda: indexer.applied("acme", "a") == 26, "the lexical lane to reach 26")
+        lag = metrics.registry.get_sample_value
+        wait_for(
+            lambda: lag("cairn_index_lag_records", {"projection": "vector"}) == 5.0,
+            "the vector lag gauge to show the 5 records",
+        )
+        assert lag("cairn_index_lag_records", {"projection": "lexical"}) == 0.0
+        assert worker.building
+        scope = Scope(tuple(store.reader().changed_streams(0)), {})
+        query = SearchQuery("token23", mode=SearchMode.HYBRID, top_k=3)
+        answer = run(projections, store, scope, query, "acme", ConflictSettings())
+        assert answer.vector_lane_skipped is True
+        assert [h.record.seq for h in answer.hits][:1] == [25]  # token23 is the 24th message
+        os.kill(child.pid, signal.SIGCONT)
+        wait_for(lambda: not indexer.building, "the build to end")
+        wait_for(
+            lambda: lag("cairn_index_lag_records", {"projection": "vector"}) == 0.0,
+            "the vector lane to catch up",
+        )
+        assert indexer.applied("acme", "a") == 26
+        # The 5 new records and the 2 before them whose context they changed.
+        assert lag("cairn_vector_points_unoptimized") == 7.0
+        vector = run(
+            projections,
+            store,
+            scope,
+            SearchQuery("token23", mode=SearchMode.VECTOR, top_k=50),
+            "acme",
+            ConflictSettings(),
+        )
+        assert sorted(h.record.seq for h in vector.hits) == list(range(2, 27))
+    finally:
+        os.kill(child.pid, signal.SIGCONT)
+        indexer.stop()
+    projections.close()
+    store.close()
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {timeout:.0f} s for {what}"
+        time.sleep(0.02)
 
 
 class FailingLexical:
