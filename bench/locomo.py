@@ -71,11 +71,12 @@ def write_conversation(client: cairn.Client, conversation: Conversation) -> int:
     return last
 
 
-def server_search_ms(log_text: str) -> list[float]:
-    """Server-side times of the Search calls, from the server's access log."""
+def server_search_ms(log_text: str, method: str = "Search") -> list[float]:
+    """Server-side times of the calls of `method` (Search unless told), from the server's
+    access log."""
     out = []
     for line in log_text.splitlines():
-        if '"method": "Search"' not in line:
+        if f'"method": "{method}"' not in line:
             continue
         entry = json.loads(line)
         if entry.get("msg") == "rpc" and entry.get("code") == "OK":
