@@ -235,10 +235,13 @@ def wait_for_optimize(
     """Waits until the server has logged more than `seen` index builds (bounded). With a
     client and `probe` (stream ids, questions), searches meanwhile, one every 0.2 s: the
     server's answers during the build (round trips, and how many went without the vector
-    lane)."""
+    lane); and every fifth time writes a record and searches for its words with its seq as
+    `min_seq`: how long until a record written during the build is found."""
     started = time.perf_counter()
     rng = random.Random(5)
     samples: list[float] = []
+    found: list[float] = []
+    missed = 0
     skipped = 0
     while time.perf_counter() - started < timeout and len(optimizes(server.log())) <= seen:
         if client is None or probe is None:
@@ -248,6 +251,22 @@ def wait_for_optimize(
         hits = client.recall.search(rng.choice(probe[1]), stream_ids=[rng.choice(probe[0])])
         samples.append((time.perf_counter() - t0) * 1000)
         skipped += hits.vector_lane_skipped
+        if len(samples) % 5 == 0:
+            stream = rng.choice(probe[0])
+            text = f"written during the build, marker{len(samples)}"
+            t0 = time.perf_counter()
+            seq = client.recall.write(stream, text, source_agent_id=AUTHORS[0]).record.seq
+            try:
+                got = client.recall.search(
+                    f"marker{len(samples)}", stream_ids=[stream], min_seq={stream: seq}
+                )
+            except cairn.Unavailable:
+                missed += 1
+            else:
+                if [h.record.seq for h in got][:1] == [seq]:
+                    found.append((time.perf_counter() - t0) * 1000)
+                else:
+                    missed += 1
         time.sleep(0.2)
     if not samples:
         return {}
@@ -256,6 +275,10 @@ def wait_for_optimize(
         "vector_lane_skipped": skipped,
         "ms_p50": round(percentile(samples, 50), 2),
         "ms_max": round(max(samples), 2),
+        "records_written": len(found) + missed,
+        "found_by_min_seq_search": len(found),
+        "write_to_found_ms_p50": round(percentile(found, 50), 2) if found else None,
+        "write_to_found_ms_max": round(max(found), 2) if found else None,
     }
 
 
