@@ -105,6 +105,12 @@ async def run_server(
                 f"could not serve metrics on port {settings.metrics_port}: {error.strerror}; "
                 "pass --metrics-port 0 to turn metrics off"
             ) from None
+    # Signals are caught before anything starts: a SIGTERM from here on (as soon as the
+    # "serving" line, or earlier) stops the server gracefully instead of killing it.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
     if hooks.on_start is not None:
         await hooks.on_start()
     await server.start()
@@ -119,10 +125,6 @@ async def run_server(
             "data_dir": str(settings.resolved_data_dir()),
         },
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     serving = asyncio.ensure_future(server.wait_for_termination())
     stopping = asyncio.ensure_future(stop.wait())
     await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)

@@ -60,10 +60,6 @@ class Projections:
         """The embedder when vectors come from clients, else None."""
         return self.embedder if isinstance(self.embedder, ClientVectors) else None
 
-    def applied(self, key: str) -> int:
-        """The seq through which both lanes have applied the stream `key`."""
-        return min(self.lexical.last_applied(key), self.vectors.last_applied(key))
-
     def apply(self, batch: IndexBatch, vectors: bool = True) -> Applied:
         """Writes one batch to both lanes (see the module docstring for the order); with
         `vectors=False` to the lexical lane alone (while the vector index builds its search
