@@ -71,7 +71,7 @@ def write_conversation(client: cairn.Client, conversation: Conversation) -> int:
     return last
 
 
-def server_search_ms(log_text: str, method: str = "Search") -> list[float]:
+def server_call_ms(log_text: str, method: str = "Search") -> list[float]:
     """Server-side times of the calls of `method` (Search unless told), from the server's
     access log."""
     out = []
@@ -100,7 +100,7 @@ def run(dataset: Path, mode: str, top_k: int) -> dict[str, Any]:
                 report = _evaluate(client, conversations, mode, top_k)
         finally:
             server.stop()
-        server_ms = server_search_ms(server.log())[1:]  # the first is the min_seq wait
+        server_ms = server_call_ms(server.log())[1:]  # the first is the min_seq wait
     report["dropped_evidence_ids"] = len(dropped)
     report["dropped"] = [f"{d.sample_id}:{d.evidence_id} ({d.reason})" for d in dropped]
     if server_ms:

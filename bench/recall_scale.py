@@ -43,7 +43,7 @@ import psycopg
 
 import cairn
 from bench.load import percentile
-from bench.locomo import server_search_ms
+from bench.locomo import server_call_ms
 from bench.locomo_data import load, turn_content
 from cairn.async_client import AsyncClient
 from cairn.enums import ParticipantRole, StreamKind
@@ -345,12 +345,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     out[f"search_ms_client_{name}"] = search_latency(
                         client, ids, questions, args.queries, seed
                     )
-                    server_ms = server_search_ms(server.log()[mark:])
+                    server_ms = server_call_ms(server.log()[mark:])
                     out[f"search_ms_server_{name}"] = per_scope_server(server_ms, args.queries)
                 mark = len(server.log())
                 out["empty_rpc_ms_client"] = empty_rpc_latency(client, ids, args.queries)
                 out["empty_rpc_ms_server"] = per_scope_server(
-                    server_search_ms(server.log()[mark:], "GetStream"), args.queries, ["GetStream"]
+                    server_call_ms(server.log()[mark:], "GetStream"), args.queries, ["GetStream"]
                 )["GetStream"]
                 out["rss_mb"] = rss_mb(server.proc.pid)
         finally:

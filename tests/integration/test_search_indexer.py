@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -279,11 +279,19 @@ def test_the_unoptimized_gauge_counts_vector_points_until_a_graph_build(
     assert metrics.registry.get_sample_value("cairn_vector_points_unoptimized") == 50.0
     indexer.start()
     try:
-        deadline = time.monotonic() + 30
-        while metrics.registry.get_sample_value("cairn_vector_points_unoptimized") != 0.0:
-            assert time.monotonic() < deadline, "no graph build within 30 s"
-            time.sleep(0.05)
+        wait_for(
+            lambda: metrics.registry.get_sample_value("cairn_vector_points_unoptimized") == 0.0,
+            "a graph build",
+        )
     finally:
         indexer.stop()
     projections.close()
     store.close()
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    """Polls `condition` until it holds; fails naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {timeout:.0f} s for {what}"
+        time.sleep(0.02)

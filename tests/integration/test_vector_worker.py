@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +35,7 @@ from recall_service.search_query import SearchMode, SearchQuery
 from recall_service.search_scope import Scope
 from recall_service.store.sqlite import SqliteLogStore
 from tests.integration.test_search_indexer import fill as fill_log
+from tests.integration.test_search_indexer import wait_for
 
 DIM = 256
 
@@ -312,13 +313,6 @@ def test_the_lexical_lane_keeps_indexing_during_a_graph_build(tmp_path: Path) ->
         indexer.stop()
     projections.close()
     store.close()
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"waited {timeout:.0f} s for {what}"
-        time.sleep(0.02)
 
 
 class FailingLexical:
