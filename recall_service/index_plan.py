@@ -28,13 +28,12 @@ import numpy as np
 
 from recall_service.models import Record, RecordKind
 from recall_service.projections.documents import (
+    KEY_SEPARATOR,
     IndexedRecord,
     IndexedText,
     TextSettings,
     indexed_texts,
 )
-
-KEY_SEPARATOR = "/"
 
 
 def index_key(tenant: str, stream_id: str) -> str:

@@ -18,6 +18,9 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 # One fixed namespace so that point ids are stable across processes, machines and versions.
+# A stream key scoped to a tenant is `tenant/stream_id` (the service's index keys; a tenant
+# name has no "/").
+KEY_SEPARATOR = "/"
 _POINT_NAMESPACE = uuid.UUID("6f1d3c2a-7a8e-4b6f-9a51-2c0e5b8d4e10")
 _MARKER_NAMESPACE = uuid.UUID("0b7f6a49-3d2c-4e1a-8f57-9d6c1e2a4b30")
 

@@ -114,10 +114,11 @@ def lane(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Lane]:
     opened.close()
 
 
-def corpus() -> list[IndexedRecord]:
+def corpus(
+    streams: Sequence[tuple[str, str]] = (("t1", "s1"), ("t1", "s2"), ("t2", "s1x")),
+) -> list[IndexedRecord]:
     """Records over two tenants, three streams, three authors, four tags, ten times."""
     out = []
-    streams = [("t1", "s1"), ("t1", "s2"), ("t2", "s1x")]
     for (tenant, stream), seq in itertools.product(streams, range(1, 13)):
         out.append(
             IndexedRecord(
@@ -179,6 +180,36 @@ def test_search_returns_exactly_the_records_the_filter_admits(
     assert {h.key for h in found} == expected
     assert len(found) == len(expected)
     assert lane.count(flt) == len(expected)
+
+
+# The service's keys: `tenant/stream`, so two tenants may both have a stream "s1". With such
+# keys Edge leaves the tenant condition out (`vectors.tenant_scoped`); nothing may leak.
+SCOPED = (("t1", "t1/s1"), ("t1", "t1/s2"), ("t2", "t2/s1"))
+SCOPED_FILTERS = [  # and how many of the corpus's records each admits
+    (SearchFilter("t1", ("t1/s1",)), 12),
+    (SearchFilter("t1", ("t1/s1", "t1/s2")), 24),
+    (SearchFilter("t2", ("t2/s1",)), 12),
+    (SearchFilter("t1", ("t2/s1",)), 0),  # another tenant's key: nothing
+    (SearchFilter("t2", ("t1/s1", "t2/s1")), 12),  # one key of each: only t2's records
+    (SearchFilter("t1", ("t1/s1", "t1/s2"), authors=("bo",), tags_any=("red", "sour")), 4),
+    (SearchFilter("t2", ("t2/s1",), start=1030.0, end=1090.0, tags_all=("red",)), 3),
+]
+
+
+@pytest.mark.parametrize(
+    ("flt", "admitted"), SCOPED_FILTERS, ids=[str(i) for i in range(len(SCOPED_FILTERS))]
+)
+def test_tenant_scoped_keys_admit_exactly_the_tenants_records(
+    lane: Lane, flt: SearchFilter, admitted: int
+) -> None:
+    records = corpus(SCOPED)
+    lane.write(records, {})
+    expected = {RecordKey(r.stream_id, r.seq) for r in records if matches(flt, r)}
+    assert len(expected) == admitted
+    found = lane.search(flt)
+    assert {h.key for h in found} == expected
+    assert len(found) == admitted
+    assert lane.count(flt) == admitted
 
 
 def test_a_search_never_returns_the_seq_markers(lane: Lane) -> None:

@@ -6,13 +6,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import qdrant_edge as edge
 
 from cairn_server.errors import FailedPrecondition, InvalidArgument
 from recall_service.projections.documents import IndexedRecord, RecordKey
 from recall_service.projections.embedders import normalise_rows
 from recall_service.projections.filters import SearchFilter
 from recall_service.projections.qdrant_server import QdrantClientIndex
-from recall_service.projections.vectors import QdrantEdgeIndex, VectorIndex
+from recall_service.projections.vectors import QdrantEdgeIndex, VectorIndex, _edge_filter
 
 ALL = SearchFilter("t", ("s",))
 
@@ -56,3 +57,27 @@ def test_client_refuses_a_collection_of_another_dimension(tmp_path: Path) -> Non
     QdrantClientIndex.connect("records", 3, path=tmp_path).close()
     with pytest.raises(FailedPrecondition, match="holds 3-dim vectors, not 5: reindex"):
         QdrantClientIndex.connect("records", 5, path=tmp_path)
+
+
+def test_edge_leaves_the_tenant_condition_out_only_for_keys_scoped_to_the_tenant() -> None:
+    def keys(flt: SearchFilter) -> list[str]:
+        conditions = _edge_filter(flt).must or []
+        return [str(c.key) for c in conditions if isinstance(c, edge.FieldCondition)]
+
+    assert keys(SearchFilter("t", ("t/a", "t/b"))) == ["stream"]
+    assert keys(SearchFilter("t", ("t/a", "u/b"))) == ["stream", "tenant"]
+    assert keys(SearchFilter("t", ("a",))) == ["stream", "tenant"]
+    assert keys(SearchFilter("t/x", ("t/x/a",))) == ["stream", "tenant"]
+    assert keys(SearchFilter("t", ("t/a",), authors=("ana",))) == ["stream", "author"]
+
+
+@pytest.mark.parametrize(("tenant", "stream"), [("t", "u/s"), ("t/x", "t/x/s"), ("t", "tt/s")])
+def test_a_point_keyed_to_another_tenant_is_refused(
+    index: VectorIndex, tenant: str, stream: str
+) -> None:
+    record = IndexedRecord(tenant, stream, 1, "ana", 1.0, "r1")
+    with pytest.raises(
+        InvalidArgument, match=f"stream_id: '{stream}' is a tenant-scoped key of another tenant"
+    ):
+        index.upsert([record], normalise_rows([[1, 0, 0]]), {})
+    assert index.count(SearchFilter(tenant, (stream,))) == 0
