@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,13 @@ from recall_service.projections.documents import IndexedRecord, RecordKey
 from recall_service.projections.embedders import normalise_rows
 from recall_service.projections.filters import SearchFilter
 from recall_service.projections.qdrant_server import QdrantClientIndex
-from recall_service.projections.vectors import QdrantEdgeIndex, VectorIndex, _edge_filter
+from recall_service.projections.vectors import (
+    SEARCH_THREADS,
+    VECTOR_NAME,
+    QdrantEdgeIndex,
+    VectorIndex,
+    _edge_filter,
+)
 
 ALL = SearchFilter("t", ("s",))
 
@@ -81,3 +88,18 @@ def test_a_point_keyed_to_another_tenant_is_refused(
     ):
         index.upsert([record], normalise_rows([[1, 0, 0]]), {})
     assert index.count(SearchFilter(tenant, (stream,))) == 0
+
+
+def test_edge_opens_an_older_shard_with_one_search_thread_keeping_its_settings(
+    tmp_path: Path,
+) -> None:
+    params = edge.EdgeVectorParams(size=3, distance=edge.Distance.Cosine)
+    config = edge.EdgeConfig(
+        vectors={VECTOR_NAME: params},
+        hnsw_config=edge.HnswIndexConfig(m=16, ef_construct=100, full_scan_threshold=1234),
+    )
+    edge.EdgeShard.create(str(tmp_path / "old"), config).close()
+    QdrantEdgeIndex(tmp_path / "old", 3).close()
+    stored = json.loads((tmp_path / "old" / "edge_config.json").read_text())
+    assert stored["max_search_threads"] == SEARCH_THREADS == 1
+    assert stored["hnsw_config"]["full_scan_threshold"] == 1234
