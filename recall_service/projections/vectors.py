@@ -43,9 +43,10 @@ VECTOR_NAME = "dense"
 FULL_SCAN_THRESHOLD_KB = 20_000
 KEYWORD_FIELDS = ("tenant", "stream", "author", "tags", "marker_stream")
 # A search runs on the calling thread. Edge's default spreads one over a pool of a thread per
-# core; on two cores shared with the server that cost more than it gained (one stream at
-# 100k: 0.26 ms against 0.30; all 100 streams, an HNSW search, 3.6 against 2.8 on an idle
-# machine), and a server answers many searches at once.
+# core. At 100k one thread was faster for the filtered searches the service mostly runs (one
+# stream 0.26 ms against 0.30) and slower only for an HNSW search over all 100 streams on an
+# idle machine (3.6 against 2.8); a server on two cores answers many searches at once, where
+# a pool per search adds hand-offs and no spare core.
 SEARCH_THREADS = 1
 
 
@@ -188,18 +189,13 @@ class QdrantEdgeIndex:
     def _open(self) -> edge.EdgeShard:
         if (self._path / "edge_config.json").exists():
             stored = shard_dim(self._path)
-            if stored == self._dim:
-                # Only what is given changes; the rest stays as the shard was created.
-                shard = edge.EdgeShard.load(str(self._path), self._config())
-            else:
-                shard = edge.EdgeShard.load(str(self._path))
             if stored != self._dim:
-                shard.close()
                 raise FailedPrecondition(
                     f"the vector index at {self._path} holds {stored}-dim vectors, not "
                     f"{self._dim}: reindex after changing the embedder"
                 )
-            return shard
+            # Only what the config gives changes; the rest stays as the shard was created.
+            return edge.EdgeShard.load(str(self._path), self._config())
         quantization = (
             edge.ScalarQuantizationConfig(type=edge.ScalarType.Int8, always_ram=True)
             if self._quantize
