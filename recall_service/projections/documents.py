@@ -17,12 +17,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from cairn_server.errors import InvalidArgument
+
 # One fixed namespace so that point ids are stable across processes, machines and versions.
 # A stream key scoped to a tenant is `tenant/stream_id` (the service's index keys; a tenant
 # name has no "/").
 KEY_SEPARATOR = "/"
 _POINT_NAMESPACE = uuid.UUID("6f1d3c2a-7a8e-4b6f-9a51-2c0e5b8d4e10")
 _MARKER_NAMESPACE = uuid.UUID("0b7f6a49-3d2c-4e1a-8f57-9d6c1e2a4b30")
+
 
 _QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})
 _CURLY = "\u2018\u2019\u201c\u201d"
@@ -62,6 +65,28 @@ class IndexedRecord:
     tags: tuple[str, ...] = ()
     metadata: Mapping[str, str] | None = None
     vector: tuple[float, ...] | None = None
+
+
+def tenant_scoped(tenant: str, stream_keys: Sequence[str]) -> bool:
+    """True when every key is `tenant/...` (the service's index keys) for a tenant without
+    "/". Every index refuses a record whose key has a "/" unless it is scoped to the record's
+    own tenant (`check_keys`), so a filter on such keys admits the tenant's records only: a
+    tenant condition adds nothing to it."""
+    prefix = f"{tenant}{KEY_SEPARATOR}"
+    return KEY_SEPARATOR not in tenant and all(k.startswith(prefix) for k in stream_keys)
+
+
+def check_keys(records: Sequence[IndexedRecord]) -> None:
+    """Refuses a record whose stream key is scoped to another tenant than its own."""
+    for record in records:
+        if KEY_SEPARATOR in record.stream_id and not tenant_scoped(
+            record.tenant, [record.stream_id]
+        ):
+            raise InvalidArgument(
+                "stream_id",
+                f"{record.stream_id!r} is a tenant-scoped key of another tenant than "
+                f"{record.tenant!r}",
+            )
 
 
 @dataclass(frozen=True, slots=True)

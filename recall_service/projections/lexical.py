@@ -22,7 +22,9 @@ from recall_service.projections.documents import (
     IndexedRecord,
     IndexedText,
     RecordKey,
+    check_keys,
     point_id,
+    tenant_scoped,
 )
 from recall_service.projections.filters import SearchFilter
 from recall_service.projections.hits import LaneHit
@@ -100,6 +102,7 @@ class LexicalIndex:
         """Buffers `records` (replacing any earlier version of each) with their texts."""
         if len(records) != len(texts):
             raise ValueError(f"{len(records)} records but {len(texts)} texts")
+        check_keys(records)
         for record, text in zip(records, texts, strict=True):
             key = point_id(record.stream_id, record.seq)
             self._writer.delete_documents_by_term("key", key)
@@ -185,7 +188,7 @@ class LexicalIndex:
 
     def count(self, flt: SearchFilter) -> int:
         """How many records pass `flt`."""
-        query = self._filter_query(flt)
+        query = self._filter_query(flt, records_only=True)
         return int(self._index.searcher().search(query, limit=1, count=True).count)  # type: ignore[attr-defined]
 
     def query_terms(self, text: str) -> list[str]:
@@ -209,15 +212,20 @@ class LexicalIndex:
                         ),
                     )
                 )
-        query = tantivy.Query.boolean_query(
-            [
-                (tantivy.Occur.Must, tantivy.Query.boolean_query(clauses)),
-                (tantivy.Occur.Must, tantivy.Query.const_score_query(self._filter_query(flt), 0.0)),
-            ]
+        # The filter is a required clause beside the optional term clauses, not a second
+        # required clause around their union: Tantivy then scores each filtered document
+        # once (one stream at 100k: 0.2 ms against 0.45). A document that passes the filter
+        # but has none of the terms scores 0 and is dropped (BM25 is positive for a match).
+        clauses.append(
+            (tantivy.Occur.Must, tantivy.Query.const_score_query(self._filter_query(flt), 0.0))
         )
         searcher = self._index.searcher()
         hits = []
-        for score, address in searcher.search(query, limit=top_k, count=False).hits:
+        for score, address in searcher.search(
+            tantivy.Query.boolean_query(clauses), limit=top_k, count=False
+        ).hits:
+            if score <= 0.0:
+                continue
             doc = searcher.doc(address)
             key = RecordKey(str(doc.get_first("stream")), _stored_int(doc, "seq"))
             hits.append(LaneHit(key, float(score)))
@@ -231,12 +239,16 @@ class LexicalIndex:
             return tantivy.Query.term_query(self._schema, field, values[0], index_option="basic")
         return tantivy.Query.term_set_query(self._schema, field, list(values))
 
-    def _filter_query(self, flt: SearchFilter) -> tantivy.Query:
-        must = [
-            self._any("kind", [_RECORD]),
-            self._any("tenant", [flt.tenant]),
-            self._any("stream", list(flt.stream_ids)),
-        ]
+    def _filter_query(self, flt: SearchFilter, *, records_only: bool = False) -> tantivy.Query:
+        """The filter's conditions, all required. Markers carry a stream but no text: a
+        search, whose terms they cannot match, leaves out the `kind` condition unless
+        `records_only`. The tenant condition is left out for keys scoped to the tenant
+        (`documents.tenant_scoped`), which `upsert` refuses for any other tenant."""
+        must = [self._any("stream", list(flt.stream_ids))]
+        if records_only:
+            must.append(self._any("kind", [_RECORD]))
+        if not tenant_scoped(flt.tenant, flt.stream_ids):
+            must.append(self._any("tenant", [flt.tenant]))
         if flt.authors:
             must.append(self._any("author", list(flt.authors)))
         if flt.start is not None or flt.end is not None:

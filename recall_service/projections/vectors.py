@@ -25,11 +25,12 @@ import qdrant_edge as edge
 
 from cairn_server.errors import FailedPrecondition, InvalidArgument
 from recall_service.projections.documents import (
-    KEY_SEPARATOR,
     IndexedRecord,
     RecordKey,
+    check_keys,
     marker_id,
     point_id,
+    tenant_scoped,
 )
 from recall_service.projections.embedders import Vectors
 from recall_service.projections.filters import SearchFilter
@@ -102,30 +103,13 @@ def payload(record: IndexedRecord) -> dict[str, Any]:
 
 
 def check_batch(index: VectorIndex, records: Sequence[IndexedRecord], vectors: Vectors) -> None:
-    """Refuses vectors of the wrong shape, and a stream key that names another tenant (see
-    `tenant_scoped`)."""
+    """Refuses vectors of the wrong shape, and a stream key that names another tenant
+    (`documents.check_keys`)."""
     if vectors.shape != (len(records), index.dim):
         raise InvalidArgument(
             "vectors", f"expected shape ({len(records)}, {index.dim}), got {vectors.shape}"
         )
-    for record in records:
-        if KEY_SEPARATOR in record.stream_id and not tenant_scoped(
-            record.tenant, [record.stream_id]
-        ):
-            raise InvalidArgument(
-                "stream_id",
-                f"{record.stream_id!r} is a tenant-scoped key of another tenant than "
-                f"{record.tenant!r}",
-            )
-
-
-def tenant_scoped(tenant: str, stream_keys: Sequence[str]) -> bool:
-    """True when every key is `tenant/...` (the service's index keys) for a tenant without
-    "/". `check_batch` refuses a point whose key has a "/" unless it is scoped to the point's
-    own tenant, so a filter on such keys admits the tenant's points only: the tenant
-    condition adds nothing to it."""
-    prefix = f"{tenant}{KEY_SEPARATOR}"
-    return KEY_SEPARATOR not in tenant and all(k.startswith(prefix) for k in stream_keys)
+    check_keys(records)
 
 
 def query_vector(index: VectorIndex, vector: Vectors) -> list[float]:

@@ -183,7 +183,8 @@ def test_search_returns_exactly_the_records_the_filter_admits(
 
 
 # The service's keys: `tenant/stream`, so two tenants may both have a stream "s1". With such
-# keys Edge leaves the tenant condition out (`vectors.tenant_scoped`); nothing may leak.
+# keys Edge and Tantivy leave the tenant condition out (`documents.tenant_scoped`); nothing
+# may leak.
 SCOPED = (("t1", "t1/s1"), ("t1", "t1/s2"), ("t2", "t2/s1"))
 SCOPED_FILTERS = [  # and how many of the corpus's records each admits
     (SearchFilter("t1", ("t1/s1",)), 12),

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from cairn_server.errors import InvalidArgument
 from recall_service.projections.documents import IndexedRecord, IndexedText, RecordKey
 from recall_service.projections.filters import SearchFilter
 from recall_service.projections.lexical import LexicalIndex, LexicalSettings
@@ -85,3 +86,26 @@ def test_mismatched_records_and_texts_are_refused() -> None:
 
 def test_a_non_positive_top_k_returns_nothing() -> None:
     assert index_of([IndexedText("alpha")]).search("alpha", 0, ALL) == []
+
+
+@pytest.mark.parametrize(("tenant", "stream"), [("t", "u/s"), ("t/x", "t/x/s"), ("t", "tt/s")])
+def test_a_record_keyed_to_another_tenant_is_refused_and_nothing_is_buffered(
+    tenant: str, stream: str
+) -> None:
+    index = LexicalIndex(None)
+    good = IndexedRecord(tenant, "plain", 1, "ana", 1.0, "alpha")
+    bad = IndexedRecord(tenant, stream, 1, "ana", 1.0, "alpha")
+    with pytest.raises(
+        InvalidArgument, match=f"stream_id: '{stream}' is a tenant-scoped key of another tenant"
+    ):
+        index.upsert([good, bad], [IndexedText("alpha"), IndexedText("alpha")])
+    index.commit()
+    assert index.count(SearchFilter(tenant, ("plain", stream))) == 0
+
+
+def test_a_search_returns_only_records_with_a_query_term_however_many_pass_the_filter() -> None:
+    index = index_of([IndexedText("alpha"), IndexedText("beta"), IndexedText("gamma alpha")])
+    hits = index.search("alpha", 10, ALL)
+    assert [h.key.seq for h in hits] == [1, 3]
+    assert all(h.score > 0 for h in hits)
+    assert index.count(ALL) == 3
