@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from cairn_server.auth import Principal
 from cairn_server.errors import InvalidArgument
 from cairn_server.paging import fingerprint, next_token, parse_page
 from recall_service import acl, validation
-from recall_service.core import Deps, load_stream
+from recall_service.core import Deps, load_stream, stream_not_found
 from recall_service.models import Record, Stream
 from recall_service.store.base import LogReader, RecordQuery
 
@@ -23,6 +25,25 @@ def readable(
     agent = acl.agent_of(principal)
     acl.require_read(principal, stream, reader.participant(stream, agent) if agent else None)
     return reader, stream
+
+
+def readable_streams(
+    deps: Deps, principal: Principal, stream_ids: Sequence[str], reader: LogReader
+) -> list[Stream]:
+    """The named streams in the order named, once the caller may read every one: the first
+    that fails, in that order, fails as `readable` would fail it. Two queries, however many
+    streams."""
+    found = reader.get_streams(principal.tenant, stream_ids)
+    agent = acl.agent_of(principal)
+    own = reader.memberships(list(found.values()), agent) if agent else {}
+    streams = []
+    for stream_id in stream_ids:
+        stream = found.get(stream_id)
+        if stream is None:
+            raise stream_not_found(stream_id)
+        acl.require_read(principal, stream, own.get(stream.key))
+        streams.append(stream)
+    return streams
 
 
 def check_query(query: RecordQuery) -> None:

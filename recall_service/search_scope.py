@@ -16,7 +16,7 @@ from cairn_server.errors import FailedPrecondition, InvalidArgument
 from recall_service import acl
 from recall_service.core import Deps
 from recall_service.models import Stream
-from recall_service.reads import readable
+from recall_service.reads import readable_streams
 from recall_service.search_query import SearchQuery
 from recall_service.store.base import LogReader
 
@@ -37,10 +37,7 @@ def resolve(deps: Deps, principal: Principal, query: SearchQuery) -> Scope:
     them."""
     reader = deps.store.reader()
     if query.stream_ids:
-        streams = [
-            readable(deps, principal, stream_id, reader)[1]
-            for stream_id in dict.fromkeys(query.stream_ids)
-        ]
+        streams = readable_streams(deps, principal, list(dict.fromkeys(query.stream_ids)), reader)
     else:
         streams = _all_readable(reader, principal)
     by_id = {s.id: s for s in streams}

@@ -54,6 +54,9 @@ class LogReader(Protocol):
     def get_stream(self, tenant: str, stream_id: str) -> Stream | None:
         """The stream, or None (also for another tenant's)."""
 
+    def get_streams(self, tenant: str, stream_ids: Sequence[str]) -> dict[str, Stream]:
+        """The tenant's streams among `stream_ids`, by id; the others are left out."""
+
     def list_streams(
         self, tenant: str, *, after: int, limit: int, kind: StreamKind | None, agent: str | None
     ) -> list[tuple[int, Stream]]:
@@ -62,6 +65,10 @@ class LogReader(Protocol):
 
     def participant(self, stream: Stream, agent_id: str) -> Participant | None:
         """The agent's participant row (active or detached), or None."""
+
+    def memberships(self, streams: Sequence[Stream], agent_id: str) -> dict[int, Participant]:
+        """The agent's participant row (active or detached) in each of `streams`, by stream
+        key; streams where it has none are left out."""
 
     def participants(self, stream: Stream, agent_ids: Sequence[str]) -> dict[str, Participant]:
         """Participant rows of several agents; missing ones are left out."""

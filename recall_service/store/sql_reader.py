@@ -44,6 +44,20 @@ class SqlLogReader:
         ).fetchone()
         return None if row is None else stream_of(row)
 
+    def get_streams(self, tenant: str, stream_ids: Sequence[str]) -> dict[str, Stream]:
+        """The tenant's streams among `stream_ids`, by id."""
+        found: dict[str, Stream] = {}
+        unique = list(dict.fromkeys(stream_ids))
+        for start in range(0, len(unique), 500):
+            chunk = unique[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            rows = self._c.execute(
+                f"SELECT {STREAM_COLUMNS} FROM streams WHERE tenant = ? AND id IN ({marks})",
+                [tenant, *chunk],
+            ).fetchall()
+            found.update((stream.id, stream) for stream in map(stream_of, rows))
+        return found
+
     def list_streams(
         self, tenant: str, *, after: int, limit: int, kind: StreamKind | None, agent: str | None
     ) -> list[tuple[int, Stream]]:
@@ -70,6 +84,21 @@ class SqlLogReader:
         """The agent's participant row (active or detached), or None."""
         found = self.participants(stream, [agent_id])
         return found.get(agent_id)
+
+    def memberships(self, streams: Sequence[Stream], agent_id: str) -> dict[int, Participant]:
+        """The agent's participant row in each of `streams`, by stream key."""
+        found: dict[int, Participant] = {}
+        keys = list(dict.fromkeys(s.key for s in streams))
+        for start in range(0, len(keys), 500):
+            chunk = keys[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            rows = self._c.execute(
+                "SELECT stream, agent_id, role, attached_seq, attached_at, detached_seq"
+                f" FROM participants WHERE agent_id = ? AND stream IN ({marks})",
+                [agent_id, *chunk],
+            ).fetchall()
+            found.update((row[0], participant_of(row[1:])) for row in rows)
+        return found
 
     def participants(self, stream: Stream, agent_ids: Sequence[str]) -> dict[str, Participant]:
         """Participant rows of several agents."""

@@ -143,8 +143,22 @@ def test_naming_a_stream_one_may_not_read_is_refused_exactly(world: World, mode:
         request = pb.SearchRequest(query="falcon", stream_ids=[stream], mode=mode)
         error = rpc_error(world.clients[who].Search, request)
         assert (error.code(), error.details()) == (code, details)
-    # One unreadable stream among readable ones refuses the whole search.
-    mixed = pb.SearchRequest(query="falcon", stream_ids=["room", "vault"], mode=mode)
-    assert (
-        rpc_error(world.clients["walt"].Search, mixed).code() == grpc.StatusCode.PERMISSION_DENIED
-    )
+    # One unreadable stream among readable ones refuses the whole search; of several, the
+    # first named decides.
+    for streams, code, details in (
+        (
+            ["room", "vault"],
+            grpc.StatusCode.PERMISSION_DENIED,
+            "agent 'walt' of tenant 'acme' may not read stream 'vault': it is not a participant",
+        ),
+        (["room", "nosuch", "vault"], grpc.StatusCode.NOT_FOUND, "stream 'nosuch' not found"),
+        (
+            ["vault", "nosuch"],
+            grpc.StatusCode.PERMISSION_DENIED,
+            "agent 'walt' of tenant 'acme' may not read stream 'vault': it is not a participant",
+        ),
+    ):
+        request = pb.SearchRequest(query="falcon", stream_ids=streams, mode=mode)
+        error = rpc_error(world.clients["walt"].Search, request)
+        assert (error.code(), error.details()) == (code, details)
+    assert world.search("walt", mode, "room", "room") == ROOM
