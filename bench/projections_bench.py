@@ -1,7 +1,7 @@
 """Search lanes at scale: embedding, indexing and query latency at N records in one tenant.
 
     python -m bench.projections_bench [--records 100000] [--streams 100] [--batch 2048]
-        [--queries 500] [--quantize] [--dataset ../shared/data/locomo-dev.json]
+        [--queries 500] [--no-quantize] [--dataset ../shared/data/locomo-dev.json]
 
 Builds a Qdrant Edge index and a Tantivy index (on disk, in a temporary directory) over N
 records of one tenant spread over `--streams` streams, the way the indexer would: for each
@@ -128,10 +128,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "records": args.records,
         "streams": args.streams,
         "batch": args.batch,
-        "quantize": args.quantize,
+        "quantize": not args.no_quantize,
     }
     with tempfile.TemporaryDirectory() as tmp:
-        vectors = TimedEdge(Path(tmp) / "edge", embedder.dim, quantize=args.quantize)
+        vectors = TimedEdge(Path(tmp) / "edge", embedder.dim, quantize=not args.no_quantize)
         lexical = TimedLexical(Path(tmp) / "tantivy")
         recent: dict[str, list[IndexedRecord]] = {}  # the tail of each stream, for context
         keep = settings.neighbours_before + settings.neighbours_after
@@ -235,7 +235,11 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=100)
     parser.add_argument("--batch", type=int, default=2048)
     parser.add_argument("--queries", type=int, default=500)
-    parser.add_argument("--quantize", action="store_true", help="int8 scalar quantization")
+    parser.add_argument(
+        "--no-quantize",
+        action="store_true",
+        help="no int8 copy of the vectors (the default keeps one)",
+    )
     print(json.dumps(run(parser.parse_args())))
 
 

@@ -57,7 +57,7 @@ class VectorIndexBusy(Unavailable):
 class EdgeWorkerIndex:
     """A Qdrant Edge shard under `path`, served by a child process (see the module)."""
 
-    def __init__(self, path: Path, dim: int, quantize: bool = False) -> None:
+    def __init__(self, path: Path, dim: int, quantize: bool = True) -> None:
         self._path = path
         self._dim = dim
         self._quantize = quantize

@@ -20,6 +20,7 @@ from recall_service.projections.vectors import (
     QdrantEdgeIndex,
     VectorIndex,
     _edge_filter,
+    lane_hit,
 )
 
 ALL = SearchFilter("t", ("s",))
@@ -103,3 +104,46 @@ def test_edge_opens_an_older_shard_with_one_search_thread_keeping_its_settings(
     stored = json.loads((tmp_path / "old" / "edge_config.json").read_text())
     assert stored["max_search_threads"] == SEARCH_THREADS == 1
     assert stored["hnsw_config"]["full_scan_threshold"] == 1234
+    assert stored.get("quantization_config") is None  # quantization is fixed at creation
+
+
+def test_a_new_edge_shard_keeps_an_int8_copy_unless_told_not_to(tmp_path: Path) -> None:
+    QdrantEdgeIndex(tmp_path / "q", 3).close()
+    QdrantEdgeIndex(tmp_path / "plain", 3, quantize=False).close()
+    config = json.loads((tmp_path / "q" / "edge_config.json").read_text())
+    assert config["quantization_config"] == {"scalar": {"type": "int8", "always_ram": True}}
+    plain = json.loads((tmp_path / "plain" / "edge_config.json").read_text())
+    assert plain.get("quantization_config") is None
+
+
+def test_a_quantized_shard_answers_exactly_what_exact_scoring_answers(tmp_path: Path) -> None:
+    # Enough vectors (12 MB) that the build makes an indexed segment with its int8 copy.
+    n, dim = 12_000, 256
+    rng = np.random.default_rng(7)
+    vectors = normalise_rows(rng.standard_normal((n, dim)).astype(np.float32))
+    points = [IndexedRecord("t", f"t/s{i % 4}", i // 4 + 1, "ana", 1.0, "") for i in range(n)]
+    index = QdrantEdgeIndex(tmp_path / "q", dim)
+    index.upsert(points, vectors, {})
+    assert index.optimize()
+    assert list((tmp_path / "q").rglob("quantized.data"))
+    flt = SearchFilter("t", ("t/s1",))
+    in_stream = np.arange(1, n, 4)
+    int8_alone_differs = 0
+    for query in normalise_rows(rng.standard_normal((20, dim)).astype(np.float32)):
+        best = in_stream[np.argsort(-(vectors[in_stream] @ query), kind="stable")[:50]]
+        exact = [RecordKey("t/s1", int(i) // 4 + 1) for i in best]
+        assert [h.key for h in index.search(query, 50, flt)] == exact
+        # The int8 copy is what scored the candidates: alone, it orders them otherwise.
+        unrescored = index._shard.search(
+            edge.SearchRequest(
+                query=edge.Query.Nearest([float(x) for x in query], using=VECTOR_NAME),
+                limit=50,
+                filter=_edge_filter(flt),
+                params=edge.SearchParams(quantization=edge.QuantizationSearchParams(rescore=False)),
+                with_payload=["stream", "seq"],
+                with_vector=False,
+            )
+        )
+        int8_alone_differs += [lane_hit(p.payload, 0).key for p in unrescored] != exact
+    assert int8_alone_differs == 20
+    index.close()
