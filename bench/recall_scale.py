@@ -10,10 +10,11 @@ writes with the indexer keeping up, then `Search` latency, memory and disk.
    The server builds the vector index's search graph once writes pause (Qdrant Edge's
    `optimize`, in its child process); the bench waits for it, searching one stream every
    0.2 s meanwhile (how the server answers during the build).
-2. **Sustained unary writes**: 32 `Write` calls in flight for `--write-seconds`, spread over
-   the streams; the index lag (`cairn_index_lag_records` from /metrics) is sampled every
-   0.5 s, and after the last write a `min_seq` search measures how long the indexes take to
-   catch up.
+2. **Sustained unary writes**: first the baseline, 32 `GetStream` calls in flight for
+   `--write-seconds` (a call that reads one row: what gRPC and this client allow); then 32
+   `Write` calls in flight as long, spread over the streams, and their ratio to the baseline.
+   The index lag (`cairn_index_lag_records` from /metrics) is sampled every 0.5 s, and after
+   the last write a `min_seq` search measures how long the indexes take to catch up.
 3. **Search**: `--queries` LoCoMo questions, sequentially, over one stream, ten streams and all
    streams, in each mode; client-side round trips and server-side times (the access log's
    `ms`, measured around the servicer by the RPC guard). Two passes with different questions
@@ -157,10 +158,12 @@ def wait_for_log(server: ServerProcess, text: str, timeout: float) -> float:
     return 0.0
 
 
-async def sustained_writes(
-    address: str, key: str, ids: list[str], seconds: float, metrics_port: int
+async def sustained_calls(
+    address: str, key: str, ids: list[str], seconds: float, write: bool, metrics_port: int
 ) -> dict[str, Any]:
-    """32 unary writes in flight for `seconds`; lag sampled meanwhile."""
+    """32 unary calls in flight for `seconds`, spread over the streams: `Write` (the lag
+    sampled meanwhile), or `GetStream` (one row read: the baseline of the same client and
+    concurrency)."""
     texts_ = [f"sustained write {i} about the weather and the garden" for i in range(1000)]
     count = 0
     lags: list[int] = []
@@ -168,23 +171,28 @@ async def sustained_writes(
         loop = asyncio.get_running_loop()
         stop = loop.time() + seconds
 
-        async def writer(w: int) -> None:
+        async def caller(w: int) -> None:
             nonlocal count
             i = w
             while loop.time() < stop:
                 stream = ids[i % len(ids)]
-                await client.recall.write(stream, texts_[i % 1000], source_agent_id="ana")
+                if write:
+                    await client.recall.write(stream, texts_[i % 1000], source_agent_id="ana")
+                else:
+                    await client.recall.get_stream(stream)
                 count += 1
                 i += 32
 
         async def sampler() -> None:
-            while loop.time() < stop:
+            while write and loop.time() < stop:
                 await asyncio.sleep(0.5)
                 lags.append(await asyncio.to_thread(lag_records, metrics_port))
 
         started = loop.time()
-        await asyncio.gather(*(writer(w) for w in range(32)), sampler())
+        await asyncio.gather(*(caller(w) for w in range(32)), sampler())
         elapsed = loop.time() - started
+    if not write:
+        return {"calls": count, "calls_per_s": round(count / elapsed)}
     return {
         "writes": count,
         "writes_per_s": round(count / elapsed),
@@ -329,10 +337,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     )
                 out["rss_mb_after_load"] = rss_mb(server.proc.pid)
                 built = len(optimizes(server.log()))
+                baseline = asyncio.run(
+                    sustained_calls(
+                        server.address, key, ids, args.write_seconds, False, metrics_port
+                    )
+                )
+                out["sustained_get_stream"] = baseline
                 sustained = asyncio.run(
-                    sustained_writes(server.address, key, ids, args.write_seconds, metrics_port)
+                    sustained_calls(
+                        server.address, key, ids, args.write_seconds, True, metrics_port
+                    )
                 )
                 sustained["catch_up_s"] = round(wait_indexed(client, ids, timeout=7200), 2)
+                sustained["to_get_stream_ratio"] = round(
+                    sustained["writes_per_s"] / max(1, baseline["calls_per_s"]), 3
+                )
                 out["sustained_unary_writes"] = sustained
                 # The writes paused: let the index build they may trigger (it may already
                 # have run during the catch-up) finish first.
