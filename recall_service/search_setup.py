@@ -10,6 +10,7 @@ Replicas of a fleet each have their own. It records the embedder that filled it
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -27,8 +28,9 @@ from recall_service.projections.embedders import (
 from recall_service.projections.lexical import LexicalIndex
 from recall_service.projections.qdrant_server import QdrantClientIndex
 from recall_service.projections.vector_worker import EdgeWorkerIndex
-from recall_service.projections.vectors import QdrantEdgeIndex, VectorIndex
+from recall_service.projections.vectors import QdrantEdgeIndex, VectorIndex, shard_quantized
 
+log = logging.getLogger("cairn.recall.search")
 EmbedderName = Literal["wordllama", "openai", "client"]
 EMBEDDER_FILE = "embedder.json"
 
@@ -86,9 +88,16 @@ def open_vectors(config: SearchConfig, dim: int) -> VectorIndex:
             url=config.qdrant_url, api_key=config.qdrant_api_key or None, prefer_grpc=True
         )
         return QdrantClientIndex(client, config.qdrant_collection, dim)
+    path = config.index_dir / "vectors"
+    if (path / "edge_config.json").exists() and not shard_quantized(path):
+        log.info(
+            "the vector index keeps no int8 copy of its vectors (it was created before that "
+            "was the default); `cairn recall reindex` rebuilds it with one",
+            extra={"path": str(path)},
+        )
     if config.edge_process:
-        return EdgeWorkerIndex(config.index_dir / "vectors", dim)
-    return QdrantEdgeIndex(config.index_dir / "vectors", dim)
+        return EdgeWorkerIndex(path, dim)
+    return QdrantEdgeIndex(path, dim)
 
 
 def _check_embedder(config: SearchConfig, embedder: Embedder) -> None:

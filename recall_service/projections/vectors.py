@@ -333,7 +333,16 @@ class QdrantEdgeIndex:
 
 def shard_dim(path: Path) -> int:
     """The dense vector size recorded in an Edge shard's configuration."""
+    return int(_shard_config(path)["vectors"][VECTOR_NAME]["size"])
+
+
+def shard_quantized(path: Path) -> bool:
+    """Whether an Edge shard keeps a quantized copy of its vectors (fixed at creation)."""
+    return _shard_config(path).get("quantization_config") is not None
+
+
+def _shard_config(path: Path) -> dict[str, Any]:
     import json
 
-    config = json.loads((path / "edge_config.json").read_text())
-    return int(config["vectors"][VECTOR_NAME]["size"])
+    config: dict[str, Any] = json.loads((path / "edge_config.json").read_text())
+    return config
