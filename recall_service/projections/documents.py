@@ -26,7 +26,6 @@ KEY_SEPARATOR = "/"
 _POINT_NAMESPACE = uuid.UUID("6f1d3c2a-7a8e-4b6f-9a51-2c0e5b8d4e10")
 _MARKER_NAMESPACE = uuid.UUID("0b7f6a49-3d2c-4e1a-8f57-9d6c1e2a4b30")
 
-
 _QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"'})
 _CURLY = "\u2018\u2019\u201c\u201d"
 _WORD = re.compile(r"[^\W_]+")

@@ -15,6 +15,7 @@ the marker is never ahead of the data, and re-applying after a crash only overwr
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -342,7 +343,5 @@ def shard_quantized(path: Path) -> bool:
 
 
 def _shard_config(path: Path) -> dict[str, Any]:
-    import json
-
     config: dict[str, Any] = json.loads((path / "edge_config.json").read_text())
     return config
