@@ -8,7 +8,7 @@ from cairn_server.auth import Principal
 from cairn_server.errors import InvalidArgument
 from cairn_server.paging import fingerprint, next_token, parse_page
 from recall_service import acl, validation
-from recall_service.core import Deps, load_stream, stream_not_found
+from recall_service.core import Deps, stream_not_found
 from recall_service.models import Record, Stream
 from recall_service.store.base import LogReader, RecordQuery
 
@@ -21,18 +21,15 @@ def readable(
 ) -> tuple[LogReader, Stream]:
     """The caller's reader (or `reader`) and the stream, once the caller may read it."""
     reader = reader if reader is not None else deps.store.reader()
-    stream = load_stream(reader, principal.tenant, stream_id)
-    agent = acl.agent_of(principal)
-    acl.require_read(principal, stream, reader.participant(stream, agent) if agent else None)
-    return reader, stream
+    return reader, readable_streams(deps, principal, [stream_id], reader)[0]
 
 
 def readable_streams(
     deps: Deps, principal: Principal, stream_ids: Sequence[str], reader: LogReader
 ) -> list[Stream]:
-    """The named streams in the order named, once the caller may read every one: the first
-    that fails, in that order, fails as `readable` would fail it. Two queries, however many
-    streams."""
+    """The named streams in the order named, once the caller may read every one (another
+    tenant's or a missing stream is NOT_FOUND; see `acl.require_read`); the first that fails,
+    in that order, decides. Two queries, however many streams."""
     found = reader.get_streams(principal.tenant, stream_ids)
     agent = acl.agent_of(principal)
     own = reader.memberships(list(found.values()), agent) if agent else {}
