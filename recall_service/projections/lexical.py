@@ -26,7 +26,7 @@ from recall_service.projections.documents import (
     point_id,
     tenant_scoped,
 )
-from recall_service.projections.filters import SearchFilter
+from recall_service.projections.filters import SearchFilter, implied, within
 from recall_service.projections.hits import LaneHit
 
 _ANALYZER = "cairn_en"
@@ -95,6 +95,11 @@ class LexicalIndex:
         self._writer = self._index.writer(heap_size=self.settings.heap_bytes, num_threads=1)
         self._pending_marks: dict[str, int] = {}
         self._applied = self._read_marks()
+        # The streams this index may hold records of (a superset: a redaction leaves its
+        # stream here), replaced whole, never changed in place, since searches read it.
+        self._streams = frozenset(
+            term for term, _ in self._index.searcher().terms_with_prefix("stream", "")
+        )
 
     # -- writing --------------------------------------------------------------------------
 
@@ -103,6 +108,9 @@ class LexicalIndex:
         if len(records) != len(texts):
             raise ValueError(f"{len(records)} records but {len(texts)} texts")
         check_keys(records)
+        new = {r.stream_id for r in records} - self._streams
+        if new:  # before the documents can become visible
+            self._streams = self._streams | new
         for record, text in zip(records, texts, strict=True):
             key = point_id(record.stream_id, record.seq)
             self._writer.delete_documents_by_term("key", key)
@@ -162,6 +170,7 @@ class LexicalIndex:
         self._writer.commit()
         self._index.reload()
         self._applied.clear()
+        self._streams = frozenset()
 
     def close(self) -> None:
         """Drops uncommitted writes and releases the writer lock."""
@@ -212,6 +221,15 @@ class LexicalIndex:
                         ),
                     )
                 )
+        searcher = self._index.searcher()
+        # A filter that admits every record here is left out: the terms alone cost Tantivy
+        # far less than the terms beside a many-stream filter (all 100 streams at 100k:
+        # 0.9 ms against 2.8). A stream added meanwhile shows in the hits, and then the
+        # filter is applied.
+        if implied(flt, self._streams):
+            hits = self._top(searcher, clauses, top_k)
+            if within(flt, hits):
+                return hits
         # The filter is a required clause beside the optional term clauses, not a second
         # required clause around their union: Tantivy then scores each filtered document
         # once (one stream at 100k: 0.2 ms against 0.45). A document that passes the filter
@@ -219,7 +237,14 @@ class LexicalIndex:
         clauses.append(
             (tantivy.Occur.Must, tantivy.Query.const_score_query(self._filter_query(flt), 0.0))
         )
-        searcher = self._index.searcher()
+        return self._top(searcher, clauses, top_k)
+
+    def _top(
+        self,
+        searcher: tantivy.Searcher,
+        clauses: list[tuple[tantivy.Occur, tantivy.Query]],
+        top_k: int,
+    ) -> list[LaneHit]:
         hits = []
         for score, address in searcher.search(
             tantivy.Query.boolean_query(clauses), limit=top_k, count=False

@@ -34,7 +34,7 @@ from recall_service.projections.documents import (
     tenant_scoped,
 )
 from recall_service.projections.embedders import Vectors
-from recall_service.projections.filters import SearchFilter
+from recall_service.projections.filters import SearchFilter, implied, within
 from recall_service.projections.hits import LaneHit
 
 VECTOR_NAME = "dense"
@@ -182,6 +182,16 @@ class QdrantEdgeIndex:
         self._quantize = quantize
         self._marks: dict[str, int] = {}
         self._shard = self._open()
+        # The streams this shard may hold points of (a superset: a redaction leaves its
+        # stream here), replaced whole, never changed in place, since searches read it;
+        # None when unknown (a shard made elsewhere, without the stream index to count by).
+        self._streams = self._held_streams()
+
+    def _held_streams(self) -> frozenset[str] | None:
+        if "stream" not in self._shard.info().payload_schema:
+            return None
+        found = self._shard.facet(edge.FacetRequest(key="stream", limit=1 << 31, exact=True))
+        return frozenset(str(hit.value) for hit in found.hits)
 
     def _open(self) -> edge.EdgeShard:
         if (self._path / "edge_config.json").exists():
@@ -257,6 +267,10 @@ class QdrantEdgeIndex:
         marks: Mapping[str, int],
     ) -> None:
         """`upsert` once the records are points (ids, checked vectors, payloads)."""
+        if self._streams is not None:
+            new = {str(p["stream"]) for p in payloads} - self._streams
+            if new:  # before the points can be found
+                self._streams = self._streams | new
         points = [
             edge.Point(id=ids[i], vector={VECTOR_NAME: vectors[i].tolist()}, payload=payloads[i])
             for i in range(len(ids))
@@ -295,11 +309,21 @@ class QdrantEdgeIndex:
         query = query_vector(self, vector)
         if top_k < 1:
             return []
+        # A filter that admits every point here is left out, as in the lexical lane (all 100
+        # streams at 100k: 0.28 ms against 0.75, the same hits); a stream added meanwhile
+        # shows in the hits, and then the filter is applied.
+        if self._streams is not None and implied(flt, self._streams):
+            hits = self._search(query, top_k, None)
+            if within(flt, hits):
+                return hits
+        return self._search(query, top_k, _edge_filter(flt))
+
+    def _search(self, query: list[float], top_k: int, flt: edge.Filter | None) -> list[LaneHit]:
         found = self._shard.search(
             edge.SearchRequest(
                 query=edge.Query.Nearest(query, using=VECTOR_NAME),
                 limit=top_k,
-                filter=_edge_filter(flt),
+                filter=flt,
                 params=_SEARCH_PARAMS,
                 with_payload=["stream", "seq"],
                 with_vector=False,
@@ -325,6 +349,7 @@ class QdrantEdgeIndex:
         shutil.rmtree(self._path)
         self._marks.clear()
         self._shard = self._open()
+        self._streams = frozenset()
 
     def close(self) -> None:
         """Flushes and closes the shard."""

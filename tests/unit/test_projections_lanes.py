@@ -10,9 +10,11 @@ import sys
 import textwrap
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+import tantivy
 
 from recall_service.projections.documents import (
     IndexedRecord,
@@ -276,6 +278,94 @@ def test_reset_then_rebuild_gives_identical_results(lane: Lane) -> None:
     lane.write(records, {"s1": 12, "s2": 12, "s1x": 12})
     assert [lane.search(flt, top_k=7) for flt in FILTERS] == before
     assert lane.last_applied("s2") == 12
+
+
+# A filter that admits every record an index holds is left out (`filters.implied`): Edge and
+# Tantivy track the streams they hold, and fall back to the filter when a hit shows a stream
+# they did not count. The spy records, per query sent to the index, whether it went unfiltered.
+HELD = (("t1", "t1/s1"), ("t1", "t1/s2"))
+EVERY_HELD = SearchFilter("t1", ("t1/s1", "t1/s2", "t1/s9"))
+
+
+def unfiltered_queries(lane: Lane, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Records, for each query the lane's index runs from now on, whether it was unfiltered."""
+    seen: list[bool] = []
+    if lane.lexical is not None:
+        index: Any = lane.lexical
+        top = index._top
+
+        def spy_top(searcher: Any, clauses: list[Any], top_k: int) -> Any:
+            seen.append(all(occur != tantivy.Occur.Must for occur, _ in clauses))
+            return top(searcher, clauses, top_k)
+
+        monkeypatch.setattr(index, "_top", spy_top)
+    else:
+        index = lane.vectors
+        search = index._search
+
+        def spy_search(query: Any, top_k: int, flt: Any) -> Any:
+            seen.append(flt is None)
+            return search(query, top_k, flt)
+
+        monkeypatch.setattr(index, "_search", spy_search)
+    return seen
+
+
+@pytest.mark.parametrize("kind", ["edge", "tantivy"])
+def test_a_filter_naming_every_stream_held_is_left_out_with_the_same_hits(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lane = Lane(kind, tmp_path)
+    lane.write(corpus(HELD), {})
+    # The same records through a filter that cannot be left out (an author condition).
+    filtered = lane.search(SearchFilter("t1", ("t1/s1", "t1/s2"), authors=("ana", "bo", "cy")))
+    seen = unfiltered_queries(lane, monkeypatch)
+    hits = lane.search(EVERY_HELD)
+    assert seen == [True]
+    assert len(hits) == 24
+    assert {h.key for h in hits} == {h.key for h in filtered}
+    assert sorted(h.score for h in hits) == sorted(h.score for h in filtered)
+    lane.search(SearchFilter("t1", ("t1/s1",)))  # one of two streams: filtered
+    lane.search(SearchFilter("t1", ("t1/s1", "t1/s2"), tags_any=("red",)))
+    assert seen == [True, False, False]
+    lane.close()
+
+
+@pytest.mark.parametrize("kind", ["edge", "tantivy"])
+def test_a_hit_of_a_stream_not_counted_sends_the_search_back_to_the_filter(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lane = Lane(kind, tmp_path)
+    lane.write(corpus((*HELD, ("t1", "t1/s3"))), {})
+    index: Any = lane.lexical if lane.lexical is not None else lane.vectors
+    # As if t1/s3 had been written between the check and the search.
+    index._streams = frozenset({"t1/s1", "t1/s2"})
+    seen = unfiltered_queries(lane, monkeypatch)
+    hits = lane.search(SearchFilter("t1", ("t1/s1", "t1/s2")))
+    assert seen == [True, False]
+    assert {h.key.stream_id for h in hits} == {"t1/s1", "t1/s2"}
+    assert len(hits) == 24
+    lane.close()
+
+
+@pytest.mark.parametrize("kind", ["edge", "tantivy"])
+def test_the_streams_held_are_read_back_on_open_and_forgotten_on_reset(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lane = Lane(kind, tmp_path)
+    lane.write(corpus(HELD), {"t1/s1": 12, "t1/s2": 12})
+    lane.close()
+    lane.open()
+    index: Any = lane.lexical if lane.lexical is not None else lane.vectors
+    assert index._streams == frozenset({"t1/s1", "t1/s2"})
+    seen = unfiltered_queries(lane, monkeypatch)
+    assert len(lane.search(EVERY_HELD)) == 24
+    assert seen == [True]
+    lane.reset()
+    assert index._streams == frozenset()
+    lane.write(log_of("t1/s4", 3), {})
+    assert index._streams == frozenset({"t1/s4"})
+    lane.close()
 
 
 CRASH_SCRIPT = textwrap.dedent(
