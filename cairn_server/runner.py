@@ -62,6 +62,11 @@ def _resolve(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
         future.set_exception(value)
 
 
+def _resolve_all(answers: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
+    for future, ok, value in answers:
+        _resolve(future, ok, value)
+
+
 class Runner:
     """Runs sync store-bound functions for async servicers."""
 
@@ -149,8 +154,14 @@ class Runner:
             except Exception as error:
                 log.exception("group commit failed", extra={"jobs": len(jobs)})
                 results = [(False, error)] * len(jobs)
+            # One wake-up per event loop for the whole group, not one per job: each is a
+            # write to the loop's self-pipe, and the loop's read and callback after it.
+            by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Any], bool, Any]]]
+            by_loop = {}
             for each, (ok, value) in zip(jobs, results, strict=True):
-                each.loop.call_soon_threadsafe(_resolve, each.future, ok, value)
+                by_loop.setdefault(each.loop, []).append((each.future, ok, value))
+            for loop, answers in by_loop.items():
+                loop.call_soon_threadsafe(_resolve_all, answers)
 
     def close(self) -> None:
         """Finishes queued work and stops the threads."""
