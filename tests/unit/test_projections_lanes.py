@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-import tantivy
 
 from recall_service.projections.documents import (
     IndexedRecord,
@@ -23,7 +22,7 @@ from recall_service.projections.documents import (
     indexed_texts,
 )
 from recall_service.projections.embedders import Vectors, normalise_rows
-from recall_service.projections.filters import SearchFilter, matches
+from recall_service.projections.filters import HeldStreams, SearchFilter, matches
 from recall_service.projections.hits import LaneHit
 from recall_service.projections.lexical import LexicalIndex
 from recall_service.projections.qdrant_server import QdrantClientIndex
@@ -280,35 +279,32 @@ def test_reset_then_rebuild_gives_identical_results(lane: Lane) -> None:
     assert lane.last_applied("s2") == 12
 
 
-# A filter that admits every record an index holds is left out (`filters.implied`): Edge and
-# Tantivy track the streams they hold, and fall back to the filter when a hit shows a stream
-# they did not count. The spy records, per query sent to the index, whether it went unfiltered.
+# Less of a filter when the rest admits every record an index holds (`filters.needed`): Edge
+# and Tantivy track the streams they hold, and fall back to the whole filter when a hit shows
+# a stream they did not count. The spy records how much of each filter the index applied.
 HELD = (("t1", "t1/s1"), ("t1", "t1/s2"))
 EVERY_HELD = SearchFilter("t1", ("t1/s1", "t1/s2", "t1/s9"))
 
 
-def unfiltered_queries(lane: Lane, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """Records, for each query the lane's index runs from now on, whether it was unfiltered."""
-    seen: list[bool] = []
-    if lane.lexical is not None:
-        index: Any = lane.lexical
-        top = index._top
+def reaches(lane: Lane, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Records, for each query the lane's index runs from now on, how much of the filter it
+    applied: "none", "tenant" or "streams"."""
+    seen: list[str] = []
+    index: Any = lane.lexical if lane.lexical is not None else lane.vectors
+    restriction = index._restriction
 
-        def spy_top(searcher: Any, clauses: list[Any], top_k: int) -> Any:
-            seen.append(all(occur != tantivy.Occur.Must for occur, _ in clauses))
-            return top(searcher, clauses, top_k)
+    def spy(flt: SearchFilter, reach: str) -> Any:
+        seen.append(reach)
+        return restriction(flt, reach)
 
-        monkeypatch.setattr(index, "_top", spy_top)
-    else:
-        index = lane.vectors
-        search = index._search
-
-        def spy_search(query: Any, top_k: int, flt: Any) -> Any:
-            seen.append(flt is None)
-            return search(query, top_k, flt)
-
-        monkeypatch.setattr(index, "_search", spy_search)
+    monkeypatch.setattr(index, "_restriction", spy)
     return seen
+
+
+def held_of(lane: Lane) -> HeldStreams:
+    index: Any = lane.lexical if lane.lexical is not None else lane.vectors
+    held: HeldStreams = index._held
+    return held
 
 
 @pytest.mark.parametrize("kind", ["edge", "tantivy"])
@@ -319,30 +315,56 @@ def test_a_filter_naming_every_stream_held_is_left_out_with_the_same_hits(
     lane.write(corpus(HELD), {})
     # The same records through a filter that cannot be left out (an author condition).
     filtered = lane.search(SearchFilter("t1", ("t1/s1", "t1/s2"), authors=("ana", "bo", "cy")))
-    seen = unfiltered_queries(lane, monkeypatch)
+    seen = reaches(lane, monkeypatch)
     hits = lane.search(EVERY_HELD)
-    assert seen == [True]
+    assert seen == ["none"]
     assert len(hits) == 24
     assert {h.key for h in hits} == {h.key for h in filtered}
     assert sorted(h.score for h in hits) == sorted(h.score for h in filtered)
     lane.search(SearchFilter("t1", ("t1/s1",)))  # one of two streams: filtered
     lane.search(SearchFilter("t1", ("t1/s1", "t1/s2"), tags_any=("red",)))
-    assert seen == [True, False, False]
+    assert seen == ["none", "streams", "streams"]
     lane.close()
 
 
 @pytest.mark.parametrize("kind", ["edge", "tantivy"])
-def test_a_hit_of_a_stream_not_counted_sends_the_search_back_to_the_filter(
+def test_with_other_tenants_held_the_tenant_condition_stands_for_every_stream_of_it(
     kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     lane = Lane(kind, tmp_path)
-    lane.write(corpus((*HELD, ("t1", "t1/s3"))), {})
+    lane.write(corpus(SCOPED), {})  # t1/s1, t1/s2 and t2/s1
+    seen = reaches(lane, monkeypatch)
+    t1 = lane.search(EVERY_HELD)
+    t2 = lane.search(SearchFilter("t2", ("t2/s1",)))
+    assert seen == ["tenant", "tenant"]
+    assert {h.key.stream_id for h in t1} == {"t1/s1", "t1/s2"}
+    assert len(t1) == 24
+    assert {h.key.stream_id for h in t2} == {"t2/s1"}
+    assert len(t2) == 12
+    lane.search(SearchFilter("t2", ("t1/s1", "t2/s1")))  # a key of another tenant
+    assert seen[-1] == "streams"
+    lane.close()
+
+
+@pytest.mark.parametrize("kind", ["edge", "tantivy"])
+@pytest.mark.parametrize(
+    ("streams", "first"), [(HELD, "none"), (SCOPED, "tenant")], ids=["alone", "shared"]
+)
+def test_a_hit_of_a_stream_not_counted_sends_the_search_back_to_the_filter(
+    kind: str,
+    streams: tuple[tuple[str, str], ...],
+    first: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    lane = Lane(kind, tmp_path)
+    lane.write(corpus((*streams, ("t1", "t1/s3"))), {})
     index: Any = lane.lexical if lane.lexical is not None else lane.vectors
     # As if t1/s3 had been written between the check and the search.
-    index._streams = frozenset({"t1/s1", "t1/s2"})
-    seen = unfiltered_queries(lane, monkeypatch)
+    index._held = HeldStreams.of(key for _, key in streams)
+    seen = reaches(lane, monkeypatch)
     hits = lane.search(SearchFilter("t1", ("t1/s1", "t1/s2")))
-    assert seen == [True, False]
+    assert seen == [first, "streams"]
     assert {h.key.stream_id for h in hits} == {"t1/s1", "t1/s2"}
     assert len(hits) == 24
     lane.close()
@@ -356,15 +378,14 @@ def test_the_streams_held_are_read_back_on_open_and_forgotten_on_reset(
     lane.write(corpus(HELD), {"t1/s1": 12, "t1/s2": 12})
     lane.close()
     lane.open()
-    index: Any = lane.lexical if lane.lexical is not None else lane.vectors
-    assert index._streams == frozenset({"t1/s1", "t1/s2"})
-    seen = unfiltered_queries(lane, monkeypatch)
+    assert held_of(lane) == HeldStreams({"t1": frozenset({"t1/s1", "t1/s2"})})
+    seen = reaches(lane, monkeypatch)
     assert len(lane.search(EVERY_HELD)) == 24
-    assert seen == [True]
+    assert seen == ["none"]
     lane.reset()
-    assert index._streams == frozenset()
+    assert held_of(lane) == HeldStreams()
     lane.write(log_of("t1/s4", 3), {})
-    assert index._streams == frozenset({"t1/s4"})
+    assert held_of(lane) == HeldStreams({"t1": frozenset({"t1/s4"})})
     lane.close()
 
 
