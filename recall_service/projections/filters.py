@@ -82,8 +82,10 @@ class HeldStreams:
         added: dict[str, set[str]] = {}
         unscoped = self.unscoped
         for key in keys:
+            # Every index refuses a key `tenant/…` for a record of another tenant
+            # (`documents.check_keys`), so the prefix is the records' tenant.
             tenant, sep, _ = key.partition(KEY_SEPARATOR)
-            if not (sep and tenant and tenant_scoped(tenant, [key])):
+            if not (sep and tenant):
                 unscoped = True
             elif key not in self.by_tenant.get(tenant, ()):
                 added.setdefault(tenant, set()).add(key)
