@@ -3,10 +3,13 @@ writes with the indexer keeping up, then `Search` latency, memory and disk.
 
     python -m bench.recall_scale [--records 100000] [--streams 100] [--write-seconds 20]
         [--queries 300] [--dataset ../shared/data/locomo-dev.json] [--postgres URL]
+        [--other-tenant-records 0]
 
 1. **Load**: N records (two LoCoMo turns each, as `bench.projections_bench` writes them) over
    `--streams` streams of one tenant, by `WriteBatch` of 1,000; then a `Search` with every
    stream's last seq as `min_seq` waits until the indexes hold everything (indexing rate).
+   With `--other-tenant-records N`, a second tenant writes N more records (1,000 per stream)
+   into the same indexes first, so that they hold more than the measured tenant's streams.
    The server builds the vector index's search graph once writes pause (Qdrant Edge's
    `optimize`, in its child process); the bench waits for it, searching one stream every
    0.2 s meanwhile (how the server answers during the build).
@@ -56,6 +59,7 @@ from cairn_server.process import ServerProcess, free_port
 from recall_service.indexer import IndexerSettings
 
 TENANT = "scale"
+OTHER_TENANT = "scale-other"
 OPTIMIZE_AFTER = IndexerSettings().optimize_after
 AUTHORS = ("ana", "bo", "cy")
 
@@ -320,12 +324,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         else:
             keys = SqliteKeyStore(data_dir)
         key, _ = create_key(keys, TENANT, Role.ADMIN, "bench")
+        other_key, _ = create_key(keys, OTHER_TENANT, Role.ADMIN, "bench")
         keys.close()
         server = ServerProcess("recall_service", data_dir, free_port(), flags, {}).start()
         assert server.proc is not None
         out["store"] = "postgres" if args.postgres else "sqlite"
         try:
             with cairn.Client(recall=server.address, api_key=key, timeout=600) as client:
+                if args.other_tenant_records:
+                    out["other_tenant_records"] = args.other_tenant_records
+                    load_other_tenant(server, other_key, args)
+                builds_before = len(optimizes(server.log()))
                 ids, seconds = load_log(client, records, args.streams)
                 out["load_writebatch_records_per_s"] = round(args.records / seconds)
                 caught = wait_indexed(client, ids, timeout=7200)
@@ -333,7 +342,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 out["load_indexed_records_per_s"] = round(args.records / (seconds + caught))
                 if args.records >= OPTIMIZE_AFTER:  # the server builds the graph once idle
                     out["hybrid_searches_during_graph_build"] = wait_for_optimize(
-                        server, 0, 7200, client, (ids, questions)
+                        server, builds_before, 7200, client, (ids, questions)
                     )
                 out["rss_mb_after_load"] = rss_mb(server.proc.pid)
                 built = len(optimizes(server.log()))
@@ -387,6 +396,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def load_other_tenant(server: ServerProcess, key: str, args: argparse.Namespace) -> None:
+    """Another tenant's records in the same indexes (1,000 per stream), indexed — and when
+    there are enough, built into the vector index's search graph — before the measured
+    tenant's load begins."""
+    n = args.other_tenant_records
+    records, _ = texts(Path(args.dataset), n, seed=9)
+    with cairn.Client(recall=server.address, api_key=key, timeout=600) as client:
+        ids, _ = load_log(client, records, max(1, n // 1000))
+        wait_indexed(client, ids, timeout=7200)
+    if n >= OPTIMIZE_AFTER:
+        wait_for_optimize(server, 0, timeout=3600)
+
+
 def empty_rpc_latency(client: cairn.Client, ids: list[str], n: int) -> dict[str, float]:
     """The baseline taken in the same run: client-side p50/p95 (ms) of `GetStream`, a call
     that reads one row (the server's own share shows in its access log)."""
@@ -428,6 +450,12 @@ def main() -> None:
     parser.add_argument("--write-seconds", type=float, default=20.0)
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--postgres", help="a PostgreSQL URL: the log there (a fresh schema)")
+    parser.add_argument(
+        "--other-tenant-records",
+        type=int,
+        default=0,
+        help="records a second tenant writes into the same indexes first (default 0)",
+    )
     print(json.dumps(run(parser.parse_args())))
 
 
