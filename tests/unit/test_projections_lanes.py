@@ -286,11 +286,23 @@ HELD = (("t1", "t1/s1"), ("t1", "t1/s2"))
 EVERY_HELD = SearchFilter("t1", ("t1/s1", "t1/s2", "t1/s9"))
 
 
+@pytest.fixture(params=["edge", "tantivy"])
+def tracking(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Lane]:
+    """A lane whose index tracks the streams it holds."""
+    opened = Lane(request.param, tmp_path)
+    yield opened
+    opened.close()
+
+
+def index_of(lane: Lane) -> Any:
+    return lane.lexical if lane.lexical is not None else lane.vectors
+
+
 def reaches(lane: Lane, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Records, for each query the lane's index runs from now on, how much of the filter it
     applied: "none", "tenant" or "streams"."""
     seen: list[str] = []
-    index: Any = lane.lexical if lane.lexical is not None else lane.vectors
+    index = index_of(lane)
     restriction = index._restriction
 
     def spy(flt: SearchFilter, reach: str) -> Any:
@@ -302,16 +314,14 @@ def reaches(lane: Lane, monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def held_of(lane: Lane) -> HeldStreams:
-    index: Any = lane.lexical if lane.lexical is not None else lane.vectors
-    held: HeldStreams = index._held
+    held: HeldStreams = index_of(lane)._held
     return held
 
 
-@pytest.mark.parametrize("kind", ["edge", "tantivy"])
 def test_a_filter_naming_every_stream_held_is_left_out_with_the_same_hits(
-    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tracking: Lane, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    lane = Lane(kind, tmp_path)
+    lane = tracking
     lane.write(corpus(HELD), {})
     # The same records through a filter that cannot be left out (an author condition).
     filtered = lane.search(SearchFilter("t1", ("t1/s1", "t1/s2"), authors=("ana", "bo", "cy")))
@@ -324,14 +334,12 @@ def test_a_filter_naming_every_stream_held_is_left_out_with_the_same_hits(
     lane.search(SearchFilter("t1", ("t1/s1",)))  # one of two streams: filtered
     lane.search(SearchFilter("t1", ("t1/s1", "t1/s2"), tags_any=("red",)))
     assert seen == ["none", "streams", "streams"]
-    lane.close()
 
 
-@pytest.mark.parametrize("kind", ["edge", "tantivy"])
 def test_with_other_tenants_held_the_tenant_condition_stands_for_every_stream_of_it(
-    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tracking: Lane, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    lane = Lane(kind, tmp_path)
+    lane = tracking
     lane.write(corpus(SCOPED), {})  # t1/s1, t1/s2 and t2/s1
     seen = reaches(lane, monkeypatch)
     t1 = lane.search(EVERY_HELD)
@@ -343,38 +351,32 @@ def test_with_other_tenants_held_the_tenant_condition_stands_for_every_stream_of
     assert len(t2) == 12
     lane.search(SearchFilter("t2", ("t1/s1", "t2/s1")))  # a key of another tenant
     assert seen[-1] == "streams"
-    lane.close()
 
 
-@pytest.mark.parametrize("kind", ["edge", "tantivy"])
 @pytest.mark.parametrize(
     ("streams", "first"), [(HELD, "none"), (SCOPED, "tenant")], ids=["alone", "shared"]
 )
 def test_a_hit_of_a_stream_not_counted_sends_the_search_back_to_the_filter(
-    kind: str,
+    tracking: Lane,
     streams: tuple[tuple[str, str], ...],
     first: str,
-    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    lane = Lane(kind, tmp_path)
+    lane = tracking
     lane.write(corpus((*streams, ("t1", "t1/s3"))), {})
-    index: Any = lane.lexical if lane.lexical is not None else lane.vectors
     # As if t1/s3 had been written between the check and the search.
-    index._held = HeldStreams.of(key for _, key in streams)
+    index_of(lane)._held = HeldStreams.of(key for _, key in streams)
     seen = reaches(lane, monkeypatch)
     hits = lane.search(SearchFilter("t1", ("t1/s1", "t1/s2")))
     assert seen == [first, "streams"]
     assert {h.key.stream_id for h in hits} == {"t1/s1", "t1/s2"}
     assert len(hits) == 24
-    lane.close()
 
 
-@pytest.mark.parametrize("kind", ["edge", "tantivy"])
 def test_the_streams_held_are_read_back_on_open_and_forgotten_on_reset(
-    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tracking: Lane, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    lane = Lane(kind, tmp_path)
+    lane = tracking
     lane.write(corpus(HELD), {"t1/s1": 12, "t1/s2": 12})
     lane.close()
     lane.open()
@@ -386,7 +388,6 @@ def test_the_streams_held_are_read_back_on_open_and_forgotten_on_reset(
     assert held_of(lane) == HeldStreams()
     lane.write(log_of("t1/s4", 3), {})
     assert held_of(lane) == HeldStreams({"t1": frozenset({"t1/s4"})})
-    lane.close()
 
 
 CRASH_SCRIPT = textwrap.dedent(
