@@ -62,7 +62,9 @@ def _resolve(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
         future.set_exception(value)
 
 
-def _resolve_all(answers: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
+def resolve_all(answers: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
+    """Resolves each future with its value (ok) or its exception, skipping cancelled ones;
+    runs on the futures' event loop (`call_soon_threadsafe`), once for a whole batch."""
     for future, ok, value in answers:
         _resolve(future, ok, value)
 
@@ -161,7 +163,7 @@ class Runner:
             for each, (ok, value) in zip(jobs, results, strict=True):
                 by_loop.setdefault(each.loop, []).append((each.future, ok, value))
             for loop, answers in by_loop.items():
-                loop.call_soon_threadsafe(_resolve_all, answers)
+                loop.call_soon_threadsafe(resolve_all, answers)
 
     def close(self) -> None:
         """Finishes queued work and stops the threads."""

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -199,6 +200,19 @@ def run(
     return Answer(hits, skipped)
 
 
+class Searcher(Protocol):
+    """What the servicer searches with, and the log tells when it grew: `SearchEngine` in
+    this process, or `index_client.IndexProcess`, which runs one in a process of its own."""
+
+    async def search(
+        self, principal: Principal, query: SearchQuery, time_left: float | None = None
+    ) -> Answer:
+        """Hits for `query`, best first."""
+
+    def notify(self, records: Sequence[Record] = ()) -> None:
+        """The log grew (called after each commit, on the writer's thread; never waits)."""
+
+
 class SearchEngine:
     """Runs searches for the servicer: the access check and the `min_seq` wait on the event
     loop's terms, the lanes on a small thread pool."""
@@ -226,15 +240,24 @@ class SearchEngine:
             else ThreadPoolExecutor(self.settings.threads, thread_name_prefix="cairn-search-vector")
         )
 
+    def start(self, principal: Principal, query: SearchQuery) -> Future[Answer] | None:
+        """Checks `query` (raising what `check_query` raises) and, when it names no
+        `min_seq`, starts it on a search thread; None for a query that must wait for the
+        indexes first (`search` does that, on an event loop)."""
+        check_query(query, self.projections.client_vectors)
+        if query.min_seq:
+            return None
+        return self._pool.submit(self._run, principal, query)
+
     async def search(
         self, principal: Principal, query: SearchQuery, time_left: float | None = None
     ) -> Answer:
         """Hits for `query`, best first. `time_left` is what remains of the caller's
         deadline: a `min_seq` wait ends before it."""
-        check_query(query, self.projections.client_vectors)
+        started = self.start(principal, query)
+        if started is not None:  # nothing to wait for: one hop to a search thread
+            return await asyncio.wrap_future(started)
         loop = asyncio.get_running_loop()
-        if not query.min_seq:  # nothing to wait for: one hop to a search thread
-            return await loop.run_in_executor(self._pool, self._run, principal, query)
         scope = await loop.run_in_executor(self._pool, resolve, self.deps, principal, query)
         if scope.wanted:
             wait = self.settings.max_wait_seconds
@@ -243,6 +266,10 @@ class SearchEngine:
             self.indexer.want(scope.wanted)
             await until_indexed(self.indexer.applied, self.progress, scope.wanted, wait)
         return await loop.run_in_executor(self._pool, self._run, principal, query, scope)
+
+    def notify(self, records: Sequence[Record] = ()) -> None:
+        """The log grew: wakes the indexer."""
+        self.indexer.notify(records)
 
     def _run(self, principal: Principal, query: SearchQuery, scope: Scope | None = None) -> Answer:
         """The search on this thread, resolving the scope first unless it is given."""

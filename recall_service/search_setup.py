@@ -73,6 +73,16 @@ def make_embedder(config: SearchConfig) -> Embedder:
     )
 
 
+def client_vectors_of(config: SearchConfig) -> ClientVectors | None:
+    """The check of client-supplied vectors when the embedder is `client`, else None (what a
+    server that searches in another process needs to accept writes)."""
+    if config.embedder != "client":
+        return None
+    embedder = make_embedder(config)
+    assert isinstance(embedder, ClientVectors)
+    return embedder
+
+
 def open_vectors(config: SearchConfig, dim: int) -> VectorIndex:
     """A Qdrant server collection (gRPC) when a URL is given, else Qdrant Edge on disk (in a
     child process unless `edge_process` is off).

@@ -27,10 +27,12 @@ from cairn_server.runner import Runner
 from cairn_server.server import Hooks, StartupError, check_security, run_server
 from cairn_server.settings import SERVER_ENV, ServerSettings, add_server_flags, settings_from
 from recall_service.core import Deps
+from recall_service.index_client import IndexProcess
 from recall_service.indexer import Indexer, IndexerSettings
 from recall_service.models import Record
-from recall_service.search import SearchEngine, SearchSettings
-from recall_service.search_setup import SearchConfig, open_projections
+from recall_service.projection_set import Projections
+from recall_service.search import SearchEngine, Searcher, SearchSettings
+from recall_service.search_setup import SearchConfig, client_vectors_of, open_projections
 from recall_service.servicer import RecallServicer
 from recall_service.signing import load_or_create
 from recall_service.store.base import LogStore
@@ -59,6 +61,7 @@ class RecallSettings(ServerSettings):
     qdrant_api_key: str = ""
     qdrant_collection: str = "cairn_records"
     edge_inline: bool = False
+    index_inline: bool = False
     index_batch: int = Field(default=1024, ge=1)
     index_poll_seconds: float = Field(default=0.25, gt=0)
     search_wait_seconds: float = Field(default=5.0, ge=0)
@@ -103,6 +106,7 @@ RECALL_ENV = {
     "qdrant_api_key": "CAIRN_QDRANT_API_KEY",
     "qdrant_collection": "CAIRN_QDRANT_COLLECTION",
     "edge_inline": "CAIRN_EDGE_INLINE",
+    "index_inline": "CAIRN_INDEX_INLINE",
     "search_wait_seconds": "CAIRN_SEARCH_WAIT_SECONDS",
 }
 
@@ -154,6 +158,13 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--database-schema", help="PostgreSQL schema (default public)")
     add_search_flags(parser)
+    parser.add_argument(
+        "--index-inline",
+        action="store_true",
+        default=None,
+        help="run the indexer and the searches in this process instead of a child process "
+        "of their own (they then share this process's GIL with every write: fewer writes/s)",
+    )
     parser.add_argument("--index-batch", type=int, help="records per indexing step (1024)")
     parser.add_argument(
         "--index-poll-seconds", type=float, help="how often to look for other replicas' writes"
@@ -184,14 +195,50 @@ def count_appends(
     return count
 
 
+def inline_search(
+    settings: RecallSettings, deps: Deps, projections: Projections, metrics: Metrics
+) -> tuple[SearchEngine, Callable[[], None], Callable[[], None]]:
+    """The indexer and the search engine in this process (`--index-inline`): the engine,
+    what starts the indexer and what closes all three."""
+    indexer = Indexer(
+        deps.store,
+        projections,
+        IndexerSettings(
+            batch_records=settings.index_batch, poll_seconds=settings.index_poll_seconds
+        ),
+        metrics,
+    )
+    engine = SearchEngine(
+        deps,
+        projections,
+        indexer,
+        SearchSettings(
+            max_wait_seconds=settings.search_wait_seconds, threads=settings.search_threads
+        ),
+    )
+
+    def close() -> None:
+        indexer.stop()
+        engine.close()
+        projections.close()
+
+    return engine, indexer.start, close
+
+
 async def serve(settings: RecallSettings) -> None:
     """Runs the recall service until SIGTERM."""
     check_security(settings, "recall")
     data_dir = settings.resolved_data_dir()
     data_dir.mkdir(parents=True, exist_ok=True)
     metrics = Metrics("recall")
+    config = settings.search_config()
+    projections: Projections | None = None
     try:
-        projections = open_projections(settings.search_config())
+        if settings.index_inline:
+            projections = open_projections(config)
+            client_vectors = projections.client_vectors
+        else:
+            client_vectors = client_vectors_of(config)
     except CairnError as error:
         raise StartupError(error.message) from None
     wake: list[Callable[[Sequence[Record]], None]] = []
@@ -215,7 +262,8 @@ async def serve(settings: RecallSettings) -> None:
                 else PostgresKeyStore(settings.database_url, settings.database_schema)
             )
         except (ValueError, psycopg.Error, PoolTimeout) as error:
-            projections.close()
+            if projections is not None:
+                projections.close()
             raise StartupError(f"cannot open the PostgreSQL log store: {error}") from None
         store = pg
         # Appends to different streams run in parallel; the database serializes each
@@ -234,30 +282,31 @@ async def serve(settings: RecallSettings) -> None:
         store=store,
         signer=load_or_create(data_dir),
         max_content_bytes=settings.max_content_bytes,
-        client_vectors=projections.client_vectors,
+        client_vectors=client_vectors,
     )
-    indexer = Indexer(
-        store,
-        projections,
-        IndexerSettings(
-            batch_records=settings.index_batch, poll_seconds=settings.index_poll_seconds
-        ),
-        metrics,
-    )
-    wake.append(indexer.notify)
-    engine = SearchEngine(
-        deps,
-        projections,
-        indexer,
-        SearchSettings(
-            max_wait_seconds=settings.search_wait_seconds, threads=settings.search_threads
-        ),
-    )
+    search: Searcher
+    if projections is not None:
+        search, start_search, close_search = inline_search(settings, deps, projections, metrics)
+    else:
+        try:
+            index = IndexProcess(settings, metrics)
+        except CairnError as error:
+            runner.close()
+            store.close()
+            if keys is not None:
+                keys.close()
+            raise StartupError(error.message) from None
+        search, close_search = index, index.close
+
+        def start_search() -> None:
+            pass
+
+    wake.append(search.notify)
     servicer = RecallServicer(
         deps,
         RpcGuard(Authenticator(keys, insecure_local=settings.insecure_local), metrics),
         runner,
-        engine,
+        search,
     )
 
     def register(server: object) -> list[str]:
@@ -265,13 +314,11 @@ async def serve(settings: RecallSettings) -> None:
         return [SERVICE_NAME]
 
     async def start() -> None:
-        indexer.start()
+        start_search()
 
     def close() -> None:
         runner.close()
-        indexer.stop()
-        engine.close()
-        projections.close()
+        close_search()
         store.close()
         if keys is not None:
             keys.close()

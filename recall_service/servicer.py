@@ -13,7 +13,7 @@ from cairn_server.rpc import RpcGuard
 from cairn_server.runner import Runner
 from recall_service import convert, participants, proofs, reads, redaction, streams, writes
 from recall_service.core import Deps
-from recall_service.search import SearchEngine
+from recall_service.search import Searcher
 from recall_service.signing import ALGORITHM
 from recall_service.verification import verify_stream
 
@@ -24,7 +24,7 @@ class RecallServicer(recall_pb2_grpc.RecallServiceServicer):
     """Maps each RPC onto the domain functions of the recall service."""
 
     def __init__(
-        self, deps: Deps, guard: RpcGuard, runner: Runner, search: SearchEngine | None = None
+        self, deps: Deps, guard: RpcGuard, runner: Runner, search: Searcher | None = None
     ) -> None:
         self.deps = deps
         self.guard = guard
