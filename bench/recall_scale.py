@@ -3,7 +3,10 @@ writes with the indexer keeping up, then `Search` latency, memory and disk.
 
     python -m bench.recall_scale [--records 100000] [--streams 100] [--write-seconds 20]
         [--queries 300] [--dataset ../shared/data/locomo-dev.json] [--postgres URL]
-        [--other-tenant-records 0]
+        [--other-tenant-records 0] [--index-inline]
+
+With `--index-inline` the server indexes and searches in its own process (its
+`--index-inline`), for comparison with the search process it starts otherwise.
 
 1. **Load**: N records (two LoCoMo turns each, as `bench.projections_bench` writes them) over
    `--streams` streams of one tenant, by `WriteBatch` of 1,000; then a `Search` with every
@@ -24,7 +27,8 @@ writes with the indexer keeping up, then `Search` latency, memory and disk.
    and streams: the first meets the caches as the load and the writes left them (cold
    segments, pages not yet read), the second is the steady state. Then the same number of
    `GetStream` calls, the baseline of this run: an RPC that reads one row.
-4. The server's RSS (with its Edge worker) and the disk used by the log and by each index.
+4. The server's RSS (with its search process and that one's Edge worker) and the disk used
+   by the log and by each index.
 
 Prints one JSON object.
 """
@@ -74,20 +78,21 @@ def texts(dataset: Path, n: int, seed: int = 7) -> tuple[list[str], list[str]]:
 
 
 def rss_mb(pid: int) -> float:
-    """Resident memory of a process and its children (the Edge worker), from /proc."""
+    """Resident memory of a process and all its descendants (the search process and its
+    Edge worker), from /proc."""
     total = 0
-    for proc in (pid, *_children(pid)):
+    for proc in (pid, *_descendants(pid)):
         for line in Path(f"/proc/{proc}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
                 total += int(line.split()[1])
     return round(total / 1024, 1)
 
 
-def _children(pid: int) -> list[int]:
+def _descendants(pid: int) -> list[int]:
     out: list[int] = []
     for task in Path(f"/proc/{pid}/task").iterdir():
-        children = (task / "children").read_text().split()
-        out.extend(int(c) for c in children)
+        for child in (task / "children").read_text().split():
+            out.extend((int(child), *_descendants(int(child))))
     return out
 
 
@@ -317,6 +322,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         data_dir = Path(tmp)
         metrics_port = free_port()
         flags = ["--access-log", "--metrics-port", str(metrics_port)]
+        if args.index_inline:
+            flags.append("--index-inline")
+            out["index_inline"] = True
         keys: Any
         if args.postgres:
             flags += ["--database-url", args.postgres, "--database-schema", schema]
@@ -450,6 +458,11 @@ def main() -> None:
     parser.add_argument("--write-seconds", type=float, default=20.0)
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--postgres", help="a PostgreSQL URL: the log there (a fresh schema)")
+    parser.add_argument(
+        "--index-inline",
+        action="store_true",
+        help="the server's indexer and searches in its own process (its --index-inline)",
+    )
     parser.add_argument(
         "--other-tenant-records",
         type=int,
