@@ -41,6 +41,8 @@ from recall_service.store.sqlite import SqliteLogStore
 from recall_service.validation import DEFAULT_MAX_CONTENT_BYTES
 
 DEFAULT_PORT = 50052
+# How often the embedded log's WAL is folded into the database, off the writer's commits.
+WAL_CHECKPOINT_SECONDS = 2.0
 SERVICE_NAME = recall_pb2.DESCRIPTOR.services_by_name["RecallService"].full_name
 
 
@@ -270,7 +272,11 @@ async def serve(settings: RecallSettings) -> None:
         # stream's appends and aborts a unit of work on a conflict, which runs again.
         runner = Runner(inline_reads=False, write_threads=8, retry_on=pg.retryable)
     else:
-        sqlite_store = SqliteLogStore(data_dir, on_append=count_appends(metrics, notify))
+        sqlite_store = SqliteLogStore(
+            data_dir,
+            on_append=count_appends(metrics, notify),
+            checkpoint_seconds=WAL_CHECKPOINT_SECONDS,
+        )
         store = sqlite_store
         keys = None if settings.insecure_local else SqliteKeyStore(data_dir)
         # Group commit: concurrent writes share one transaction and one fsync, each in its
