@@ -27,7 +27,6 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import signal
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Future
@@ -40,9 +39,9 @@ from cairn_server.auth import Principal
 from cairn_server.error_transport import encode_error
 from cairn_server.errors import CairnError
 from cairn_server.metrics import Metrics
+from recall_service.child_process import become_child
 from recall_service.core import Deps
 from recall_service.indexer import Indexer, IndexerSettings
-from recall_service.projections.vector_worker import _die_with_parent
 from recall_service.search import Answer, SearchEngine, SearchSettings
 from recall_service.search_query import SearchQuery
 from recall_service.search_setup import open_projections
@@ -230,10 +229,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--fd", type=int, required=True)
     parser.add_argument("--parent", type=int, required=True)
     args = parser.parse_args(argv)
-    _die_with_parent(args.parent)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when this ends
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    conn = Connection(args.fd)
+    conn = become_child(args.parent, args.fd)
     try:
         settings = RecallSettings.model_validate_json(conn.recv())
     except (EOFError, OSError):

@@ -19,10 +19,8 @@ which recovers what was acknowledged from its WAL.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import logging
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -34,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from cairn_server.errors import CairnError, FailedPrecondition, InvalidArgument, Unavailable
+from recall_service.child_process import become_child
 from recall_service.projections.documents import IndexedRecord, RecordKey, point_id
 from recall_service.projections.embedders import Vectors
 from recall_service.projections.filters import SearchFilter
@@ -307,15 +306,6 @@ def _count(index: QdrantEdgeIndex, row: FilterRow) -> int:
 # -- the child process --------------------------------------------------------------------
 
 
-def _die_with_parent(parent: int) -> None:
-    """Linux: SIGKILL this process when the thread that started it ends."""
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # the parent died before the line above
-        os._exit(1)
-
-
 def _open_shard(path: Path, dim: int, quantize: bool) -> QdrantEdgeIndex:
     """Opens the shard, retrying while a predecessor still holds its WAL lock."""
     deadline = time.monotonic() + LOCKED_RETRY_S
@@ -377,10 +367,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--parent", type=int, required=True)
     parser.add_argument("--quantize", action="store_true")
     args = parser.parse_args(argv)
-    _die_with_parent(args.parent)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when this ends
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    conn = Connection(args.fd)
+    conn = become_child(args.parent, args.fd)
     try:
         index = _open_shard(args.path, args.dim, args.quantize)
     except Exception as error:

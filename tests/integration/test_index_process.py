@@ -67,6 +67,12 @@ def metric(port: int, name: str) -> float:
     return float(found.group(1)) if found else float("nan")
 
 
+def conversation(c: object) -> str:
+    """A new conversation stream owned by "ana"; its id."""
+    request = pb.CreateStreamRequest(kind=pb.STREAM_KIND_CONVERSATION, owner_agent_id="ana")
+    return str(c.CreateStream(request).stream.id)  # type: ignore[attr-defined]
+
+
 def write(c: object, stream: str, text: str) -> int:
     """Writes one message; its seq."""
     request = pb.WriteRequest(
@@ -91,9 +97,7 @@ def test_searches_run_in_the_search_process_and_its_metrics_reach_the_server(
     key = make_key(server, "acme", Role.ADMIN)
     with grpc.insecure_channel(server.address) as channel:
         c = recall_client(channel, key)
-        room = c.CreateStream(
-            pb.CreateStreamRequest(kind=pb.STREAM_KIND_CONVERSATION, owner_agent_id="ana")
-        ).stream.id
+        room = conversation(c)
         seqs = [write(c, room, text) for text in ("the heron flew", "a quiet pond", "rain")]
         # The others match in their context only (the turn before them), below it.
         assert found(c, room, "heron", seqs[-1]) == seqs
@@ -110,9 +114,7 @@ def test_writes_go_on_while_the_search_process_is_dead_and_another_catches_up(
     key = make_key(server, "acme", Role.ADMIN)
     with grpc.insecure_channel(server.address) as channel:
         c = recall_client(channel, key)
-        room = c.CreateStream(
-            pb.CreateStreamRequest(kind=pb.STREAM_KIND_CONVERSATION, owner_agent_id="ana")
-        ).stream.id
+        room = conversation(c)
         first = write(c, room, "the heron flew over the pond")
         assert found(c, room, "heron", first) == [first]
         pid = search_process(server)
@@ -163,8 +165,6 @@ def test_index_inline_searches_in_the_server_itself(server_factory: Start) -> No
     key = make_key(server, "acme", Role.ADMIN)
     with grpc.insecure_channel(server.address) as channel:
         c = recall_client(channel, key)
-        room = c.CreateStream(
-            pb.CreateStreamRequest(kind=pb.STREAM_KIND_CONVERSATION, owner_agent_id="ana")
-        ).stream.id
+        room = conversation(c)
         seqs = [write(c, room, text) for text in ("the heron flew", "a quiet pond")]
         assert found(c, room, "pond", seqs[-1]) == [seqs[1], seqs[0]]
