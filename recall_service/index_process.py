@@ -169,7 +169,9 @@ async def serve(conn: Connection, service: Service) -> None:
         call_id, principal, query = message[1:4]
         try:
             future = service.engine.start(principal, query)
-        except CairnError as error:
+        except Exception as error:  # the caller's mistake, or a bug: either way, an answer
+            if not isinstance(error, CairnError):
+                log.exception("search failed")
             send(("answer", call_id, False, encode_error(error)))
             return True
         if future is None:
