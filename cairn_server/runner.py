@@ -53,20 +53,16 @@ def _traced(kind: str, fn: Callable[..., T], args: Any, kwargs: Any) -> Callable
     return partial(context.run, call)
 
 
-def _resolve(future: asyncio.Future[Any], ok: bool, value: Any) -> None:
-    if future.cancelled():
-        return
-    if ok:
-        future.set_result(value)
-    else:
-        future.set_exception(value)
-
-
 def resolve_all(answers: list[tuple[asyncio.Future[Any], bool, Any]]) -> None:
     """Resolves each future with its value (ok) or its exception, skipping cancelled ones;
     runs on the futures' event loop (`call_soon_threadsafe`), once for a whole batch."""
     for future, ok, value in answers:
-        _resolve(future, ok, value)
+        if future.cancelled():
+            continue
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
 
 
 class Runner:

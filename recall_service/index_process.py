@@ -41,12 +41,10 @@ from cairn_server.errors import CairnError
 from cairn_server.metrics import Metrics
 from recall_service.child_process import become_child
 from recall_service.core import Deps
-from recall_service.indexer import Indexer, IndexerSettings
-from recall_service.search import Answer, SearchEngine, SearchSettings
+from recall_service.search import Answer
 from recall_service.search_query import SearchQuery
 from recall_service.search_setup import open_projections
 from recall_service.signing import load_or_create
-from recall_service.store.base import LogStore
 
 if TYPE_CHECKING:
     from recall_service.server import RecallSettings
@@ -75,57 +73,35 @@ def metric_samples(metrics: Metrics) -> list[Sample]:
     return out
 
 
-def open_store(settings: RecallSettings) -> LogStore:
-    """The log the server writes, opened for reading (migrations are the server's)."""
-    if settings.database_url:
-        from recall_service.store.postgres import PostgresRecallStore
-
-        return PostgresRecallStore(settings.database_url, settings.database_schema)
-    from recall_service.store.sqlite import SqliteLogStore
-
-    return SqliteLogStore(settings.resolved_data_dir())
-
-
 class Service:
-    """What this process runs, once open."""
+    """What this process runs, once open: the indexer and `SearchEngine` as the server would
+    run them in its own process (`server.search_engine`), over the log opened for reading."""
 
     def __init__(self, settings: RecallSettings) -> None:
+        from recall_service.server import open_log_reader, search_engine
+
         self.metrics = Metrics("recall")
-        self.projections = open_projections(settings.search_config())
+        projections = open_projections(settings.search_config())
         try:
-            self.store = open_store(settings)
+            # Searches on their threads and the indexer read at once.
+            self.store = open_log_reader(settings, pool_size=settings.search_threads + 2)
         except BaseException:
-            self.projections.close()
+            projections.close()
             raise
         deps = Deps(
             store=self.store,
             signer=load_or_create(settings.resolved_data_dir()),
             max_content_bytes=settings.max_content_bytes,
-            client_vectors=self.projections.client_vectors,
+            client_vectors=projections.client_vectors,
         )
-        self.indexer = Indexer(
-            self.store,
-            self.projections,
-            IndexerSettings(
-                batch_records=settings.index_batch, poll_seconds=settings.index_poll_seconds
-            ),
-            self.metrics,
+        self.engine, start, self._close_search = search_engine(
+            settings, deps, projections, self.metrics
         )
-        self.engine = SearchEngine(
-            deps,
-            self.projections,
-            self.indexer,
-            SearchSettings(
-                max_wait_seconds=settings.search_wait_seconds, threads=settings.search_threads
-            ),
-        )
-        self.indexer.start()
+        start()
 
     def close(self) -> None:
         """Stops the indexer and closes everything."""
-        self.indexer.stop()
-        self.engine.close()
-        self.projections.close()
+        self._close_search()
         self.store.close()
 
 
@@ -209,7 +185,7 @@ async def serve(conn: Connection, service: Service) -> None:
         if message is None or message[0] == "close":
             break
         if message[0] == "notify":
-            service.indexer.notify(())
+            service.engine.notify(())
         elif message[0] == "search":
             task = asyncio.create_task(search(*message[1:]))
             tasks.add(task)

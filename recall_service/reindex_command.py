@@ -19,8 +19,7 @@ from typing import Any
 from cairn_server.errors import CairnError
 from recall_service.reindex import rebuild, streams_to_rebuild
 from recall_service.search_setup import open_projections
-from recall_service.server import RecallSettings, add_search_flags, settings_from_args
-from recall_service.store.base import LogStore
+from recall_service.server import add_search_flags, open_log_reader, settings_from_args
 
 
 def add_command(recall_sub: Any) -> None:
@@ -44,21 +43,11 @@ def add_command(recall_sub: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def _open_store(settings: RecallSettings) -> LogStore:
-    if settings.database_url:
-        from recall_service.store.postgres import PostgresRecallStore
-
-        return PostgresRecallStore(settings.database_url, settings.database_schema, pool_size=4)
-    from recall_service.store.sqlite import SqliteLogStore
-
-    return SqliteLogStore(settings.resolved_data_dir())
-
-
 def run(args: argparse.Namespace) -> int:
     """Runs the rebuild; prints what it did."""
     settings = settings_from_args(args)
     config = settings.search_config()
-    store = _open_store(settings)
+    store = open_log_reader(settings, pool_size=4)
     try:
         streams = streams_to_rebuild(store, args.stream, args.tenant) if args.stream else None
         projections = open_projections(config, rebuild=True)

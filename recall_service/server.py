@@ -197,11 +197,12 @@ def count_appends(
     return count
 
 
-def inline_search(
+def search_engine(
     settings: RecallSettings, deps: Deps, projections: Projections, metrics: Metrics
 ) -> tuple[SearchEngine, Callable[[], None], Callable[[], None]]:
-    """The indexer and the search engine in this process (`--index-inline`): the engine,
-    what starts the indexer and what closes all three."""
+    """The indexer and the search engine in the calling process (the server with
+    `--index-inline`, or the search process): the engine, what starts the indexer and what
+    closes all three."""
     indexer = Indexer(
         deps.store,
         projections,
@@ -225,6 +226,16 @@ def inline_search(
         projections.close()
 
     return engine, indexer.start, close
+
+
+def open_log_reader(settings: RecallSettings, pool_size: int) -> LogStore:
+    """The log, opened by a process that only reads it (the search process, a reindex):
+    no `on_append`, and on PostgreSQL a pool of `pool_size` connections."""
+    if settings.database_url:
+        return PostgresRecallStore(
+            settings.database_url, settings.database_schema, pool_size=pool_size
+        )
+    return SqliteLogStore(settings.resolved_data_dir())
 
 
 async def serve(settings: RecallSettings) -> None:
@@ -292,7 +303,7 @@ async def serve(settings: RecallSettings) -> None:
     )
     search: Searcher
     if projections is not None:
-        search, start_search, close_search = inline_search(settings, deps, projections, metrics)
+        search, start_search, close_search = search_engine(settings, deps, projections, metrics)
     else:
         try:
             index = IndexProcess(settings, metrics)
