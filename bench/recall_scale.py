@@ -3,10 +3,11 @@ writes with the indexer keeping up, then `Search` latency, memory and disk.
 
     python -m bench.recall_scale [--records 100000] [--streams 100] [--write-seconds 20]
         [--queries 300] [--dataset ../shared/data/locomo-dev.json] [--postgres URL]
-        [--other-tenant-records 0] [--index-inline]
+        [--other-tenant-records 0] [--index-inline] [--event-loop uvloop|asyncio]
 
 With `--index-inline` the server indexes and searches in its own process (its
-`--index-inline`), for comparison with the search process it starts otherwise.
+`--index-inline`), for comparison with the search process it starts otherwise;
+`--event-loop` chooses the server's loop (its `--event-loop`, uvloop unless told).
 
 1. **Load**: N records (two LoCoMo turns each, as `bench.projections_bench` writes them) over
    `--streams` streams of one tenant, by `WriteBatch` of 1,000; then a `Search` with every
@@ -325,6 +326,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if args.index_inline:
             flags.append("--index-inline")
             out["index_inline"] = True
+        flags += ["--event-loop", args.event_loop]
+        out["event_loop"] = args.event_loop
         keys: Any
         if args.postgres:
             flags += ["--database-url", args.postgres, "--database-schema", schema]
@@ -462,6 +465,12 @@ def main() -> None:
         "--index-inline",
         action="store_true",
         help="the server's indexer and searches in its own process (its --index-inline)",
+    )
+    parser.add_argument(
+        "--event-loop",
+        choices=["uvloop", "asyncio"],
+        default="uvloop",
+        help="the server's event loop (its --event-loop; default uvloop)",
     )
     parser.add_argument(
         "--other-tenant-records",

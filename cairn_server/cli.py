@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import signal
@@ -41,23 +40,23 @@ def _print(args: argparse.Namespace, human: str, data: dict[str, Any]) -> None:
 
 def cmd_state_serve(args: argparse.Namespace) -> int:
     """Runs the state service in this process."""
-    from cairn_server import log
+    from cairn_server import event_loop, log
     from state_service.server import serve, settings_from_args
 
     settings = settings_from_args(args)
     log.configure(settings.log_level, settings.access_log)
-    asyncio.run(serve(settings))
+    event_loop.run(serve(settings), settings.event_loop)
     return 0
 
 
 def cmd_recall_serve(args: argparse.Namespace) -> int:
     """Runs the recall service in this process."""
-    from cairn_server import log
+    from cairn_server import event_loop, log
     from recall_service.server import serve, settings_from_args
 
     settings = settings_from_args(args)
     log.configure(settings.log_level, settings.access_log)
-    asyncio.run(serve(settings))
+    event_loop.run(serve(settings), settings.event_loop)
     return 0
 
 

@@ -123,6 +123,8 @@ async def run_server(
             "host": settings.host,
             "port": port,
             "data_dir": str(settings.resolved_data_dir()),
+            # "uvloop" or "asyncio": the loop this server really runs on.
+            "event_loop": type(loop).__module__.split(".")[0],
         },
     )
     serving = asyncio.ensure_future(server.wait_for_termination())

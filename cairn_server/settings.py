@@ -10,6 +10,8 @@ from typing import TypeVar
 
 from pydantic import BaseModel, Field
 
+from cairn_server.event_loop import EventLoop
+
 DEFAULT_DATA_DIR = Path("~/.cairn")
 
 
@@ -29,6 +31,7 @@ class ServerSettings(BaseModel):
     metrics_port: int = Field(default=0, ge=0, le=65535)
     metrics_host: str = ""
     otlp_endpoint: str = ""
+    event_loop: EventLoop = "uvloop"
 
     def resolved_data_dir(self) -> Path:
         """The data directory, with `~` expanded."""
@@ -73,6 +76,11 @@ def add_server_flags(parser: argparse.ArgumentParser, default_port: int) -> None
         help="log every RPC that succeeded (method, caller, ms) whatever --log-level says "
         "(env CAIRN_ACCESS_LOG)",
     )
+    parser.add_argument(
+        "--event-loop",
+        choices=["uvloop", "asyncio"],
+        help="uvloop (default, when installed) or asyncio's own (env CAIRN_EVENT_LOOP)",
+    )
     parser.add_argument("--tls-cert", help="PEM certificate chain; enables TLS with --tls-key")
     parser.add_argument("--tls-key", help="PEM private key")
     parser.add_argument(
@@ -100,6 +108,7 @@ SERVER_ENV = {
     "tls_key": "CAIRN_TLS_KEY",
     "metrics_host": "CAIRN_METRICS_HOST",
     "otlp_endpoint": "CAIRN_OTLP_ENDPOINT",
+    "event_loop": "CAIRN_EVENT_LOOP",
 }
 
 BOOL_SETTINGS = frozenset({"insecure_local", "access_log"})

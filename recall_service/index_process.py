@@ -34,6 +34,7 @@ from functools import partial
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
+from cairn_server import event_loop
 from cairn_server import log as server_log
 from cairn_server.auth import Principal
 from cairn_server.error_transport import encode_error
@@ -223,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         conn.send(("failed", f"{type(error).__name__}: {error}"))
         return
     conn.send(("ready",))
-    asyncio.run(serve(conn, service))
+    event_loop.run(serve(conn, service), settings.event_loop)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import sys
 from collections import Counter
@@ -16,7 +15,7 @@ from psycopg_pool import PoolTimeout
 from pydantic import Field
 
 from cairn.v1 import recall_pb2, recall_pb2_grpc
-from cairn_server import log
+from cairn_server import event_loop, log
 from cairn_server.auth import Authenticator, KeyStore
 from cairn_server.errors import CairnError
 from cairn_server.keys_postgres import PostgresKeyStore
@@ -351,7 +350,7 @@ def main(argv: list[str] | None = None) -> None:
     log.configure(settings.log_level, settings.access_log)
     logging.getLogger("cairn.recall").debug("settings", extra={"settings": settings.model_dump()})
     try:
-        asyncio.run(serve(settings))
+        event_loop.run(serve(settings), settings.event_loop)
     except StartupError as error:
         print(f"recall service: {error}", file=sys.stderr)
         sys.exit(2)

@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import Field
 
 from cairn.v1 import state_pb2, state_pb2_grpc
-from cairn_server import log
+from cairn_server import event_loop, log
 from cairn_server.auth import LOCAL_PRINCIPAL, Authenticator, KeyStore
 from cairn_server.keys_postgres import PostgresKeyStore
 from cairn_server.keys_sqlite import SqliteKeyStore
@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> None:
     log.configure(settings.log_level, settings.access_log)
     logging.getLogger("cairn.state").debug("settings", extra={"settings": settings.model_dump()})
     try:
-        asyncio.run(serve(settings))
+        event_loop.run(serve(settings), settings.event_loop)
     except StartupError as error:
         print(f"state service: {error}", file=sys.stderr)
         sys.exit(2)

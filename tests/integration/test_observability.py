@@ -16,8 +16,8 @@ from google.protobuf import field_mask_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from prometheus_client.parser import text_string_to_metric_families
 
-from cairn.v1 import state_pb2
-from tests.clients import block, rpc_error, state_client
+from cairn.v1 import recall_pb2, state_pb2
+from tests.clients import block, recall_client, rpc_error, state_client
 from tests.servers import free_port, make_key
 
 
@@ -166,3 +166,22 @@ def test_the_access_log_is_its_own_switch(server_factory: Any, flags: tuple[str,
     calls = [(line["method"], line["code"]) for line in lines if line["msg"] == "rpc"]
     assert calls == ([("CreateAgent", "OK")] if flags else [])
     assert [line for line in lines if line["level"] == "debug" and line["msg"] != "rpc"] == []
+
+
+@pytest.mark.parametrize(
+    ("flags", "loop"), [((), "uvloop"), (("--event-loop", "asyncio"), "asyncio")]
+)
+def test_the_server_says_which_event_loop_it_runs_on(
+    server_factory: Any, flags: tuple[str, ...], loop: str
+) -> None:
+    """uvloop unless told otherwise; either loop serves calls."""
+    proc = server_factory("recall_service", *flags)
+    key = make_key(proc, "acme")
+    with grpc.insecure_channel(proc.address) as channel:
+        created = recall_client(channel, key).CreateStream(
+            recall_pb2.CreateStreamRequest(kind=recall_pb2.STREAM_KIND_CONVERSATION)
+        )
+    assert created.stream.size == 0
+    assert proc.stop() == 0
+    lines = [json.loads(line) for line in proc.log().splitlines() if line.startswith("{")]
+    assert [line["event_loop"] for line in lines if line["msg"] == "serving"] == [loop]
