@@ -57,6 +57,7 @@ from bench.locomo_data import load, turn_content
 from cairn.async_client import AsyncClient
 from cairn.enums import ParticipantRole, StreamKind
 from cairn.recall_types import WriteEntry
+from cairn_server import event_loop
 from cairn_server.auth import Role, create_key
 from cairn_server.keys_postgres import PostgresKeyStore
 from cairn_server.keys_sqlite import SqliteKeyStore
@@ -468,7 +469,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--event-loop",
-        choices=["uvloop", "asyncio"],
+        choices=event_loop.CHOICES,
         default="uvloop",
         help="the server's event loop (its --event-loop; default uvloop)",
     )

@@ -1,20 +1,22 @@
 """The event loop a server runs on: uvloop where it is installed, else asyncio's own.
 
 gRPC's asyncio server spends much of each call in the loop's own bookkeeping (scheduling
-callbacks, waking on the completion queue's socket); uvloop does that in C. Measured on the
-recall server (docs/benchmarks.md, run P): `GetStream` +9% and `Write` +8% calls per second
-in three interleaved pairs. `--event-loop asyncio` (env CAIRN_EVENT_LOOP) keeps the standard
-loop, for comparison or where uvloop is not installed (it has no Windows build).
+callbacks, waking on the completion queue's socket); uvloop does that in C. On the recall
+server at 100k records (docs/benchmarks.md, runs P and Q) it answered more calls per second
+and searches in about two thirds of the time. `--event-loop asyncio` (env CAIRN_EVENT_LOOP)
+keeps the standard loop, for comparison or where uvloop is not installed (it has no Windows
+build).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, get_args
 
 T = TypeVar("T")
 EventLoop = Literal["uvloop", "asyncio"]
+CHOICES: tuple[str, ...] = get_args(EventLoop)
 
 
 def loop_factory(choice: EventLoop) -> Callable[[], asyncio.AbstractEventLoop] | None:

@@ -10,6 +10,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, Field
 
+from cairn_server.event_loop import CHOICES as EVENT_LOOPS
 from cairn_server.event_loop import EventLoop
 
 DEFAULT_DATA_DIR = Path("~/.cairn")
@@ -78,7 +79,7 @@ def add_server_flags(parser: argparse.ArgumentParser, default_port: int) -> None
     )
     parser.add_argument(
         "--event-loop",
-        choices=["uvloop", "asyncio"],
+        choices=EVENT_LOOPS,
         help="uvloop (default, when installed) or asyncio's own (env CAIRN_EVENT_LOOP)",
     )
     parser.add_argument("--tls-cert", help="PEM certificate chain; enables TLS with --tls-key")
