@@ -4,6 +4,7 @@ writes with the indexer keeping up, then `Search` latency, memory and disk.
     python -m bench.recall_scale [--records 100000] [--streams 100] [--write-seconds 20]
         [--queries 300] [--dataset ../shared/data/locomo-dev.json] [--postgres URL]
         [--other-tenant-records 0] [--index-inline] [--event-loop uvloop|asyncio]
+        [--in-flight 32]
 
 With `--index-inline` the server indexes and searches in its own process (its
 `--index-inline`), for comparison with the search process it starts otherwise;
@@ -17,11 +18,12 @@ With `--index-inline` the server indexes and searches in its own process (its
    The server builds the vector index's search graph once writes pause (Qdrant Edge's
    `optimize`, in its child process); the bench waits for it, searching one stream every
    0.2 s meanwhile (how the server answers during the build).
-2. **Sustained unary writes**: first the baseline, 32 `GetStream` calls in flight for
-   `--write-seconds` (a call that reads one row: what gRPC and this client allow); then 32
-   `Write` calls in flight as long, spread over the streams, and their ratio to the baseline.
-   The index lag (`cairn_index_lag_records` from /metrics) is sampled every 0.5 s, and after
-   the last write a `min_seq` search measures how long the indexes take to catch up.
+2. **Sustained unary writes**: first the baseline, `--in-flight` (32) `GetStream` calls in
+   flight for `--write-seconds` (a call that reads one row: what gRPC and this client allow);
+   then as many `Write` calls in flight as long, spread over the streams, and their ratio to
+   the baseline. The index lag (`cairn_index_lag_records` from /metrics) is sampled every
+   0.5 s, and after the last write a `min_seq` search measures how long the indexes take to
+   catch up.
 3. **Search**: `--queries` LoCoMo questions, sequentially, over one stream, ten streams and all
    streams, in each mode; client-side round trips and server-side times (the access log's
    `ms`, measured around the servicer by the RPC guard). Two passes with different questions
@@ -170,9 +172,15 @@ def wait_for_log(server: ServerProcess, text: str, timeout: float) -> float:
 
 
 async def sustained_calls(
-    address: str, key: str, ids: list[str], seconds: float, write: bool, metrics_port: int
+    address: str,
+    key: str,
+    ids: list[str],
+    seconds: float,
+    write: bool,
+    metrics_port: int,
+    in_flight: int = 32,
 ) -> dict[str, Any]:
-    """32 unary calls in flight for `seconds`, spread over the streams: `Write` (the lag
+    """`in_flight` unary calls in flight for `seconds`, spread over the streams: `Write` (the lag
     sampled meanwhile), or `GetStream` (one row read: the baseline of the same client and
     concurrency)."""
     texts_ = [f"sustained write {i} about the weather and the garden" for i in range(1000)]
@@ -192,7 +200,7 @@ async def sustained_calls(
                 else:
                     await client.recall.get_stream(stream)
                 count += 1
-                i += 32
+                i += in_flight
 
         async def sampler() -> None:
             while write and loop.time() < stop:
@@ -200,7 +208,7 @@ async def sustained_calls(
                 lags.append(await asyncio.to_thread(lag_records, metrics_port))
 
         started = loop.time()
-        await asyncio.gather(*(caller(w) for w in range(32)), sampler())
+        await asyncio.gather(*(caller(w) for w in range(in_flight)), sampler())
         elapsed = loop.time() - started
     if not write:
         return {"calls": count, "calls_per_s": round(count / elapsed)}
@@ -329,6 +337,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             out["index_inline"] = True
         flags += ["--event-loop", args.event_loop]
         out["event_loop"] = args.event_loop
+        if args.in_flight != 32:
+            out["in_flight"] = args.in_flight
         keys: Any
         if args.postgres:
             flags += ["--database-url", args.postgres, "--database-schema", schema]
@@ -360,13 +370,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 built = len(optimizes(server.log()))
                 baseline = asyncio.run(
                     sustained_calls(
-                        server.address, key, ids, args.write_seconds, False, metrics_port
+                        server.address,
+                        key,
+                        ids,
+                        args.write_seconds,
+                        False,
+                        metrics_port,
+                        args.in_flight,
                     )
                 )
                 out["sustained_get_stream"] = baseline
                 sustained = asyncio.run(
                     sustained_calls(
-                        server.address, key, ids, args.write_seconds, True, metrics_port
+                        server.address,
+                        key,
+                        ids,
+                        args.write_seconds,
+                        True,
+                        metrics_port,
+                        args.in_flight,
                     )
                 )
                 sustained["catch_up_s"] = round(wait_indexed(client, ids, timeout=7200), 2)
@@ -472,6 +494,12 @@ def main() -> None:
         choices=event_loop.CHOICES,
         default="uvloop",
         help="the server's event loop (its --event-loop; default uvloop)",
+    )
+    parser.add_argument(
+        "--in-flight",
+        type=int,
+        default=32,
+        help="calls in flight during the sustained GetStream and Write phases (default 32)",
     )
     parser.add_argument(
         "--other-tenant-records",
