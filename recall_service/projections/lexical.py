@@ -32,6 +32,8 @@ from recall_service.projections.hits import LaneHit
 _ANALYZER = "cairn_en"
 _MARKER = "marker"
 _RECORD = "record"
+# Fills a short body up to `LexicalSettings.body_length_floor` terms; dropped from queries.
+LENGTH_FILLER = "cairnlengthfloor"
 
 
 def _stored_int(doc: tantivy.Document, field: str) -> int:
@@ -46,11 +48,19 @@ class LexicalSettings:
     `stopwords` are dropped from documents and queries; `context_boost` weighs
     a match in a record's context against one in its body (1.0); `heap_bytes` is the
     writer's memory budget before it flushes a segment.
+
+    `body_length_floor`: a body shorter than this many analysed terms is scored as if it were
+    this long. BM25 divides a term's weight by the document's length relative to the average
+    (Tantivy's b = 0.75, fixed), which in chat lifts a two-word reply above the message that
+    holds the answer; with the floor, length counts only above it. Tantivy has no setting for
+    this, so the body is filled up to the floor with `LENGTH_FILLER`, a term no query asks for
+    (docs/search.md, "What is indexed"). 0 turns it off.
     """
 
     stopwords: tuple[str, ...] = ENGLISH_STOPWORDS
     context_boost: float = 0.8
     heap_bytes: int = 64_000_000
+    body_length_floor: int = 32
 
 
 def _analyzer(settings: LexicalSettings) -> tantivy.TextAnalyzer:
@@ -120,11 +130,16 @@ class LexicalIndex:
             doc.add_text("author", record.author)
             for tag in record.tags:
                 doc.add_text("tags", tag)
-            doc.add_text("body", text.body)
+            doc.add_text("body", self._filled(text.body))
             doc.add_text("context", text.context)
             doc.add_float("created_at", float(record.created_at))
             doc.add_integer("seq", record.seq)
             self._writer.add_document(doc)
+
+    def _filled(self, body: str) -> str:
+        """`body` with `LENGTH_FILLER` added until it has `body_length_floor` terms."""
+        missing = self.settings.body_length_floor - len(self._analyzer.analyze(body))
+        return body + f" {LENGTH_FILLER}" * missing if missing > 0 else body
 
     def delete(self, stream_id: str, seqs: Iterable[int]) -> None:
         """Buffers the removal of records (a redaction)."""
@@ -199,8 +214,8 @@ class LexicalIndex:
         return int(self._index.searcher().search(query, limit=1, count=True).count)  # type: ignore[attr-defined]
 
     def query_terms(self, text: str) -> list[str]:
-        """The distinct analysed terms of a query, in first-seen order."""
-        return list(dict.fromkeys(self._analyzer.analyze(text)))
+        """The distinct analysed terms of a query, in first-seen order (never the filler)."""
+        return [t for t in dict.fromkeys(self._analyzer.analyze(text)) if t != LENGTH_FILLER]
 
     def search(self, text: str, top_k: int, flt: SearchFilter) -> list[LaneHit]:
         """The `top_k` records passing `flt` with the highest BM25 score for `text`."""

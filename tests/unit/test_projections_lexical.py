@@ -109,3 +109,28 @@ def test_a_search_returns_only_records_with_a_query_term_however_many_pass_the_f
     assert [h.key.seq for h in hits] == [1, 3]
     assert all(h.score > 0 for h in hits)
     assert index.count(ALL) == 3
+
+
+SHORT = IndexedText("garden")
+LONGER = IndexedText("we spent the whole afternoon in the garden planting tomatoes and beans")
+LONGEST = IndexedText(" ".join(["garden", *(f"word{i}" for i in range(40))]))
+
+
+def scores(index: LexicalIndex, query: str) -> dict[int, float]:
+    return {h.key.seq: h.score for h in index.search(query, 10, ALL)}
+
+
+def test_below_the_length_floor_a_short_body_is_not_favoured_for_its_brevity() -> None:
+    floored = scores(index_of([SHORT, LONGER, LONGEST]), "garden")
+    assert floored[1] == floored[2]  # 1 and 9 terms: both scored as 32 long
+    assert floored[3] < floored[2]  # 41 terms: above the floor, its own length counts
+    plain = scores(
+        index_of([SHORT, LONGER, LONGEST], LexicalSettings(body_length_floor=0)), "garden"
+    )
+    assert plain[1] > plain[2] > plain[3]
+
+
+def test_the_length_filler_is_never_a_query_term() -> None:
+    index = index_of([SHORT, LONGER])
+    assert index.query_terms("cairnlengthfloor garden") == ["garden"]
+    assert seqs(index, "cairnlengthfloor") == []
