@@ -3,7 +3,7 @@
 gRPC's asyncio server spends much of each call in the loop's own bookkeeping (scheduling
 callbacks, waking on the completion queue's socket); uvloop does that in C. On the recall
 server at 100k records (docs/benchmarks.md, runs P and Q) it answered more calls per second
-and searches in about two thirds of the time. `--event-loop asyncio` (env CAIRN_EVENT_LOOP)
+and its searches took 35 to 65% of the time at p50. `--event-loop asyncio` (env CAIRN_EVENT_LOOP)
 keeps the standard loop, for comparison or where uvloop is not installed (it has no Windows
 build).
 """
