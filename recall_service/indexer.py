@@ -18,6 +18,9 @@ worker). Meanwhile the indexer keeps applying the log to the lexical lane alone 
 are answered by that lane during a build, so `applied` is its marker then — and once the
 build ends it brings the vector lane up from its own markers. With Edge in this process the
 build holds the GIL throughout, so it runs on the indexer thread and everything waits.
+
+The indexer thread runs at a lower CPU priority than the RPCs (`IndexerSettings.nice`): on
+a machine whose cores are busy, a write waiting for a core goes before a batch of indexing.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from cairn_server import thread_priority
 from cairn_server.metrics import Metrics
 from recall_service.index_plan import index_key, plan
 from recall_service.index_reads import read_slice
@@ -63,6 +67,11 @@ class IndexerSettings:
     retry_seconds: float = 1.0
     optimize_after: int = 20_000
     optimize_idle_seconds: float = 2.0
+    # The indexer thread's nice value is raised by this much (Linux; 0 leaves it): when the
+    # cores are busy, RPCs run first and indexing takes what they leave
+    # (`cairn_server.thread_priority`). Writes never wait for the indexer; this keeps it
+    # from competing with them for a core.
+    nice: int = 10
 
 
 def should_optimize(
@@ -183,6 +192,7 @@ class Indexer:
     # -- the work -------------------------------------------------------------------------
 
     def _loop(self) -> None:
+        thread_priority.lower_current_thread(self.settings.nice)
         while not self._stop.is_set():
             self._wake.wait(self.settings.poll_seconds)
             self._wake.clear()

@@ -65,6 +65,7 @@ class RecallSettings(ServerSettings):
     index_inline: bool = False
     index_batch: int = Field(default=1024, ge=1)
     index_poll_seconds: float = Field(default=0.25, gt=0)
+    index_nice: int = Field(default=10, ge=0, le=19)
     search_wait_seconds: float = Field(default=5.0, ge=0)
     search_threads: int = Field(default=4, ge=1)
 
@@ -108,6 +109,7 @@ RECALL_ENV = {
     "qdrant_collection": "CAIRN_QDRANT_COLLECTION",
     "edge_inline": "CAIRN_EDGE_INLINE",
     "index_inline": "CAIRN_INDEX_INLINE",
+    "index_nice": "CAIRN_INDEX_NICE",
     "search_wait_seconds": "CAIRN_SEARCH_WAIT_SECONDS",
 }
 
@@ -171,6 +173,12 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         "--index-poll-seconds", type=float, help="how often to look for other replicas' writes"
     )
     parser.add_argument(
+        "--index-nice",
+        type=int,
+        help="how much lower the indexer thread's CPU priority is than the RPCs' "
+        "(env CAIRN_INDEX_NICE; a nice value added on Linux, 0-19; default 10, 0 for equal)",
+    )
+    parser.add_argument(
         "--search-wait-seconds", type=float, help="longest min_seq wait of a Search (5)"
     )
     parser.add_argument("--search-threads", type=int, help="threads running searches (4)")
@@ -206,7 +214,9 @@ def search_engine(
         deps.store,
         projections,
         IndexerSettings(
-            batch_records=settings.index_batch, poll_seconds=settings.index_poll_seconds
+            batch_records=settings.index_batch,
+            poll_seconds=settings.index_poll_seconds,
+            nice=settings.index_nice,
         ),
         metrics,
     )

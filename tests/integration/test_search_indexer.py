@@ -5,6 +5,7 @@ the log alone gives the same search results."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -295,3 +296,31 @@ def wait_for(condition: Callable[[], bool], what: str, timeout: float = 30.0) ->
     while not condition():
         assert time.monotonic() < deadline, f"waited {timeout:.0f} s for {what}"
         time.sleep(0.02)
+
+
+def test_the_indexer_thread_runs_at_a_lower_cpu_priority(
+    store_spec: list[str], tmp_path: Path, embedder: WordLlamaEmbedder
+) -> None:
+    """The indexer's thread raises its own nice value by `IndexerSettings.nice` (Linux); the
+    rest of the process keeps its own."""
+    if sys.platform != "linux":
+        pytest.skip("threads have nice values of their own on Linux only")
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    if base > 12:
+        pytest.skip("this process already runs at a nice value above 12")
+    store = open_store(store_spec)
+    projections = open_projections(tmp_path / "index", embedder)
+    indexer = Indexer(store, projections, IndexerSettings(nice=7, poll_seconds=0.05))
+    indexer.start()
+    try:
+        thread = indexer._thread
+        assert thread is not None and thread.native_id is not None
+        wait_for(
+            lambda: os.getpriority(os.PRIO_PROCESS, thread.native_id or 0) == base + 7,
+            "the indexer thread's nice value",
+        )
+        assert os.getpriority(os.PRIO_PROCESS, 0) == base
+    finally:
+        indexer.stop()
+    projections.close()
+    store.close()
