@@ -18,17 +18,20 @@ With `--index-inline` the server indexes and searches in its own process (its
    The server builds the vector index's search graph once writes pause (Qdrant Edge's
    `optimize`, in its child process); the bench waits for it, searching one stream every
    0.2 s meanwhile (how the server answers during the build).
-2. **Sustained unary writes**: first the baseline, `--in-flight` (32) `GetStream` calls in
-   flight for `--write-seconds` (a call that reads one row: what gRPC and this client allow);
+2. **Sustained unary writes**, against the server as deployed (no access log; with
+   `--write-access-log` the load and the writes are served with it too): first the
+   baseline, `--in-flight` (32) `GetStream` calls in flight for `--write-seconds` (a call
+   that reads one row: what gRPC and this client allow);
    then as many `Write` calls in flight as long, spread over the streams, and their ratio to
    the baseline. The index lag (`cairn_index_lag_records` from /metrics) is sampled every
    0.5 s, and after the last write a `min_seq` search measures how long the indexes take to
    catch up.
-3. **Search**: `--queries` LoCoMo questions, sequentially, over one stream, ten streams and all
+3. **Search**, on the same data directory served again with the access log (`--access-log`):
+   `--queries` LoCoMo questions, sequentially, over one stream, ten streams and all
    streams, in each mode; client-side round trips and server-side times (the access log's
    `ms`, measured around the servicer by the RPC guard). Two passes with different questions
-   and streams: the first meets the caches as the load and the writes left them (cold
-   segments, pages not yet read), the second is the steady state. Then the same number of
+   and streams: the first meets the caches as the restart left them (cold segments, pages
+   not yet read), the second is the steady state. Then the same number of
    `GetStream` calls, the baseline of this run: an RPC that reads one row.
 4. The server's RSS (with its search process and that one's Edge worker) and the disk used
    by the log and by each index.
@@ -331,7 +334,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="cairn-scale-") as tmp:
         data_dir = Path(tmp)
         metrics_port = free_port()
-        flags = ["--access-log", "--metrics-port", str(metrics_port)]
+        flags = ["--metrics-port", str(metrics_port)]
         if args.index_inline:
             flags.append("--index-inline")
             out["index_inline"] = True
@@ -339,6 +342,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         out["event_loop"] = args.event_loop
         if args.in_flight != 32:
             out["in_flight"] = args.in_flight
+        if args.write_access_log:
+            out["write_access_log"] = True
         keys: Any
         if args.postgres:
             flags += ["--database-url", args.postgres, "--database-schema", schema]
@@ -348,7 +353,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         key, _ = create_key(keys, TENANT, Role.ADMIN, "bench")
         other_key, _ = create_key(keys, OTHER_TENANT, Role.ADMIN, "bench")
         keys.close()
-        server = ServerProcess("recall_service", data_dir, free_port(), flags, {}).start()
+        # The load and the writes run against the server as it is deployed (no access log,
+        # unless --write-access-log); the searches against the same data directory served
+        # again with the access log, which gives each call's server-side time.
+        # The same port both times: on PostgreSQL the index directory is named after it.
+        port = free_port()
+        write_flags = [*flags, "--access-log"] if args.write_access_log else flags
+        server = ServerProcess("recall_service", data_dir, port, write_flags, {}).start()
         assert server.proc is not None
         out["store"] = "postgres" if args.postgres else "sqlite"
         try:
@@ -368,7 +379,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     )
                 out["rss_mb_after_load"] = rss_mb(server.proc.pid)
                 built = len(optimizes(server.log()))
-                baseline = asyncio.run(
+                out["sustained_get_stream"] = baseline = asyncio.run(
                     sustained_calls(
                         server.address,
                         key,
@@ -379,7 +390,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         args.in_flight,
                     )
                 )
-                out["sustained_get_stream"] = baseline
                 sustained = asyncio.run(
                     sustained_calls(
                         server.address,
@@ -400,8 +410,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 # have run during the catch-up) finish first.
                 if unoptimized_points(metrics_port) >= OPTIMIZE_AFTER:
                     wait_for_optimize(server, built, timeout=3600)
+        finally:
+            server.stop(timeout=600)
+        server = ServerProcess(
+            "recall_service", data_dir, port, [*flags, "--access-log"], {}
+        ).start()
+        assert server.proc is not None
+        try:
+            with cairn.Client(recall=server.address, api_key=key, timeout=600) as client:
+                wait_indexed(client, ids, timeout=600)
                 # Two passes of different questions and streams: the first meets the
-                # caches as the load and the writes left them, the second is steady state.
+                # caches as the restart left them, the second is steady state.
                 for name, seed in (("first_pass", 3), ("second_pass", 4)):
                     mark = len(server.log())
                     out[f"search_ms_client_{name}"] = search_latency(
@@ -417,7 +436,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 out["rss_mb"] = rss_mb(server.proc.pid)
         finally:
             server.stop(timeout=600)
-        out["optimizes"] = optimizes(server.log())
+        out["optimizes"] = optimizes(server.log())  # one log file: both ran on one port
         index_dir = next(data_dir.glob("index*"))
         out["disk_mb"] = {
             "log": log_mb(data_dir, args.postgres, schema),
@@ -500,6 +519,12 @@ def main() -> None:
         type=int,
         default=32,
         help="calls in flight during the sustained GetStream and Write phases (default 32)",
+    )
+    parser.add_argument(
+        "--write-access-log",
+        action="store_true",
+        help="serve the load and the sustained writes with the access log on too (it is on "
+        "for the searches either way)",
     )
     parser.add_argument(
         "--other-tenant-records",
