@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from recall_service.models import Draft, Record, RecordKind, Role, StreamKind
 
 RECORD_DOMAIN = "cairn.recall.record.v1"
+# A record whose writer gave the time it was said: the v1 fields, then that time.
+RECORD_DOMAIN_OCCURRED = "cairn.recall.record.v2"
 GENESIS_DOMAIN = "cairn.recall.genesis.v1"
 CHECKPOINT_DOMAIN = "cairn.recall.checkpoint.v1"
 SALT_BYTES = 32
@@ -62,11 +64,13 @@ def record_bytes(
     metadata_json: str,
     created_at: int,
     idempotency_key: str,
+    occurred_at: int | None = None,
 ) -> bytes:
-    """The canonical bytes of a record without its hashes (docs/log-format.md §2)."""
+    """The canonical bytes of a record without its hashes (docs/log-format.md §2): domain v1
+    without `occurred_at`, v2 with it appended."""
     return b"".join(
         (
-            _str(RECORD_DOMAIN),
+            _str(RECORD_DOMAIN if occurred_at is None else RECORD_DOMAIN_OCCURRED),
             _str(stream_id),
             _U64.pack(seq),
             _U8.pack(int(kind)),
@@ -80,6 +84,7 @@ def record_bytes(
             _str(metadata_json),
             _I64.pack(created_at),
             _str(idempotency_key),
+            b"" if occurred_at is None else _I64.pack(occurred_at),
         )
     )
 
@@ -100,6 +105,7 @@ def canonical_of(record: Record) -> bytes:
         metadata_json=record.metadata_json,
         created_at=record.created_at,
         idempotency_key=record.idempotency_key,
+        occurred_at=record.occurred_at,
     )
 
 
@@ -146,6 +152,7 @@ def seal(
             metadata_json=draft.metadata_json,
             created_at=created_at,
             idempotency_key=draft.idempotency_key,
+            occurred_at=draft.occurred_at,
         )
     )
     return Record(
@@ -166,6 +173,7 @@ def seal(
         idempotency_key=draft.idempotency_key,
         leaf_hash=leaf,
         chain_hash=chain_next(previous, leaf),
+        occurred_at=draft.occurred_at,
     )
 
 

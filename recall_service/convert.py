@@ -67,7 +67,7 @@ def stream_to_pb(stream: Stream) -> recall_pb2.Stream:
 
 def record_to_pb(record: Record) -> recall_pb2.Record:
     """A record for the wire, with everything a client needs to recompute its hashes."""
-    return recall_pb2.Record(
+    pb = recall_pb2.Record(
         stream_id=record.stream_id,
         seq=record.seq,
         kind=int(record.kind),  # type: ignore[arg-type]
@@ -88,6 +88,9 @@ def record_to_pb(record: Record) -> recall_pb2.Record:
         redacted=record.redacted,
         redacted_by_seq=record.redacted_by,
     )
+    if record.occurred_at is not None:
+        pb.occurred_at.CopyFrom(timestamp(record.occurred_at))
+    return pb
 
 
 def participant_to_pb(participant: Participant) -> recall_pb2.Participant:
@@ -141,6 +144,7 @@ def entry_from_pb(pb: recall_pb2.WriteEntry) -> Entry:
         metadata_json=pb.metadata_json,
         idempotency_key=pb.idempotency_key,
         vector=tuple(pb.vector),
+        occurred_at=micros(pb.occurred_at) if pb.HasField("occurred_at") else None,
     )
 
 

@@ -116,13 +116,14 @@ class IndexBatch:
 
 
 def indexed_record(tenant: str, record: Record, vector: bytes | None = None) -> IndexedRecord:
-    """A log record as the projections take it (times in epoch seconds)."""
+    """A log record as the projections take it. Its time is when it was said (epoch
+    seconds): `occurred_at` when the writer gave it, else the server's time of the write."""
     return IndexedRecord(
         tenant=tenant,
         stream_id=index_key(tenant, record.stream_id),
         seq=record.seq,
         author=record.source_agent_id,
-        created_at=record.created_at / 1_000_000,
+        created_at=record.said_at / 1_000_000,
         text=record.content or "",
         tags=record.tags,
         vector=None

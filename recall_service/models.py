@@ -79,6 +79,13 @@ class Record:
     leaf_hash: bytes
     chain_hash: bytes
     redacted_by: int = 0
+    occurred_at: int | None = None  # when it was said, as its writer gave it (µs)
+
+    @property
+    def said_at(self) -> int:
+        """When the message was said: `occurred_at` when the writer gave it, else the
+        server's time of the write."""
+        return self.created_at if self.occurred_at is None else self.occurred_at
 
     @property
     def redacted(self) -> bool:
@@ -100,6 +107,7 @@ class Draft:
     subject_agent_id: str = ""
     role: Role = Role.NONE
     target_seq: int = 0
+    occurred_at: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

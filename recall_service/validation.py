@@ -6,6 +6,7 @@ import json
 import math
 import re
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from cairn_server.errors import InvalidArgument
@@ -102,6 +103,22 @@ def check_idempotency_key(field: str, key: str) -> None:
     """Optional; at most 200 printable characters."""
     if len(key) > MAX_IDEMPOTENCY_KEY or not key.isprintable():
         raise InvalidArgument(field, f"must be at most {MAX_IDEMPOTENCY_KEY} printable characters")
+
+
+def _iso(micros: int) -> str:
+    return datetime.fromtimestamp(micros / 1_000_000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def check_occurred_at(field: str, occurred_at: int, now: int) -> None:
+    """When a message was said (µs): from 1970 on, and not later than the server's time."""
+    if occurred_at < 0:
+        raise InvalidArgument(field, "must be on or after 1970-01-01T00:00:00Z")
+    if occurred_at > now:
+        raise InvalidArgument(
+            field,
+            f"is {_iso(occurred_at)}, later than the server's time {_iso(now)}: a message "
+            "cannot have been said after it was written",
+        )
 
 
 def check_reason(field: str, reason: str) -> None:

@@ -24,6 +24,7 @@ class Entry:
     metadata_json: str = ""
     idempotency_key: str = ""
     vector: tuple[float, ...] = ()
+    occurred_at: int | None = None  # µs: when it was said, if not now
 
 
 def vector_of(deps: Deps, entry: Entry, field: str) -> bytes | None:
@@ -50,6 +51,8 @@ def draft_of(deps: Deps, principal: Principal, entry: Entry, field: str) -> Draf
     tags = validation.normalise_tags(f"{prefix}tags", entry.tags)
     metadata = validation.canonical_metadata(f"{prefix}metadata_json", entry.metadata_json)
     validation.check_idempotency_key(f"{prefix}idempotency_key", entry.idempotency_key)
+    if entry.occurred_at is not None:
+        validation.check_occurred_at(f"{prefix}occurred_at", entry.occurred_at, deps.clock())
     return Draft(
         kind=RecordKind.MESSAGE,
         source_agent_id=source,
@@ -58,6 +61,7 @@ def draft_of(deps: Deps, principal: Principal, entry: Entry, field: str) -> Draf
         tags=tags,
         metadata_json=metadata,
         idempotency_key=entry.idempotency_key,
+        occurred_at=entry.occurred_at,
     )
 
 
@@ -69,6 +73,7 @@ def same_write(draft: Draft, record: Record) -> bool:
         or record.written_by != draft.written_by
         or record.tags != draft.tags
         or record.metadata_json != draft.metadata_json
+        or record.occurred_at != draft.occurred_at
     ):
         return False
     if record.salt is None:  # redacted since: the content can no longer be compared

@@ -12,6 +12,7 @@ from recall_service.store.base import RecordQuery
 from recall_service.store.sql_rows import (
     CHECKPOINT_COLUMNS,
     RECORD_COLUMNS,
+    RECORD_WIDTH,
     REDACTED_BY,
     STREAM_COLUMNS,
     checkpoint_of,
@@ -129,7 +130,7 @@ class SqlLogReader:
             " WHERE r.stream = ? AND r.seq = ?",
             (stream.key, seq),
         ).fetchone()
-        return None if row is None else record_of(stream.id, row, row[16])
+        return None if row is None else record_of(stream.id, row, row[RECORD_WIDTH])
 
     def records(
         self, stream: Stream, query: RecordQuery, *, after: int, limit: int
@@ -174,7 +175,7 @@ class SqlLogReader:
             f" ORDER BY r.seq {order} LIMIT ?",
             [*params, limit],
         ).fetchall()
-        return [record_of(stream.id, row, row[16]) for row in rows]
+        return [record_of(stream.id, row, row[RECORD_WIDTH]) for row in rows]
 
     def by_idempotency_keys(self, stream: Stream, keys: Sequence[str]) -> dict[str, Record]:
         """Records written with these idempotency keys."""
@@ -196,7 +197,10 @@ class SqlLogReader:
             " ORDER BY r.seq, a.seq LIMIT ?",
             (within, stream.key, after[0], after[0], after[1], limit),
         ).fetchall()
-        return [(record_of(stream.id, row[16:]), record_of(stream.id, row[:16])) for row in rows]
+        return [
+            (record_of(stream.id, row[RECORD_WIDTH:]), record_of(stream.id, row[:RECORD_WIDTH]))
+            for row in rows
+        ]
 
     def nodes(self, stream: Stream, coords: Sequence[Coord]) -> dict[Coord, bytes]:
         """Stored Merkle nodes; level-0 nodes are the records' leaf hashes.
@@ -341,7 +345,7 @@ class SqlLogReader:
                 f" WHERE r.stream = ? AND r.{column} IN ({marks})",
                 [stream.key, *chunk],
             ).fetchall()
-            found.extend(record_of(stream.id, row, row[16]) for row in rows)
+            found.extend(record_of(stream.id, row, row[RECORD_WIDTH]) for row in rows)
         return found
 
     def vectors(self, stream: Stream, first: int, last: int) -> dict[int, bytes]:

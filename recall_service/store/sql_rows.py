@@ -24,8 +24,9 @@ STREAM_COLUMNS = (
 RECORD_COLUMNS = (
     "r.seq, r.kind, r.source_agent_id, r.written_by, r.subject_agent_id, r.role, r.target_seq,"
     " r.content, r.salt, r.content_hash, r.tags, r.metadata, r.created_at, r.idempotency_key,"
-    " r.leaf_hash, r.chain_hash"
+    " r.leaf_hash, r.chain_hash, r.occurred_at"
 )
+RECORD_WIDTH = 17  # the columns of RECORD_COLUMNS
 # The seq of the REDACTION record that erased an erased record (0 while it has content).
 REDACTED_BY = (
     "CASE WHEN r.content IS NULL THEN coalesce((SELECT x.seq FROM records x"
@@ -73,6 +74,7 @@ def record_of(stream_id: str, row: Sequence[Any], redacted_by: int = 0) -> Recor
         leaf_hash=row[14],
         chain_hash=row[15],
         redacted_by=redacted_by,
+        occurred_at=row[16],
     )
 
 

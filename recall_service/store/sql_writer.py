@@ -84,8 +84,8 @@ class SqlLogTx(SqlLogReader):
         self._c.executemany(
             "INSERT INTO records (stream, seq, kind, source_agent_id, written_by,"
             " subject_agent_id, role, target_seq, content, salt, content_hash, tags, metadata,"
-            " created_at, idempotency_key, leaf_hash, chain_hash)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " created_at, idempotency_key, leaf_hash, chain_hash, occurred_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 (
                     key,
@@ -105,6 +105,7 @@ class SqlLogTx(SqlLogReader):
                     r.idempotency_key,
                     r.leaf_hash,
                     r.chain_hash,
+                    r.occurred_at,
                 )
                 for r in records
             ],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -326,6 +327,11 @@ BAD_ENTRIES = [
         "entry.content",
         "must not contain NUL characters (U+0000)",
     ),
+    (
+        pb.WriteEntry(content="hi", occurred_at=timestamp_pb2.Timestamp(seconds=-1)),
+        "entry.occurred_at",
+        "must be on or after 1970-01-01T00:00:00Z",
+    ),
 ]
 
 
@@ -346,6 +352,7 @@ BAD_ENTRIES = [
         "bad-source",
         "long-key",
         "nul",
+        "said-before-1970",
     ],
 )
 def test_bad_entry_is_refused_naming_the_field_and_changes_nothing(
@@ -364,6 +371,77 @@ def test_bad_entry_is_refused_naming_the_field_and_changes_nothing(
     # The server keeps serving, and the largest content that fits is accepted.
     fits = say(agents["alice"], stream.id, "x" * 65536)
     assert fits.record.seq == 2
+
+
+def test_history_written_after_the_fact_keeps_when_it_was_said(
+    admin: Any, agents: dict[str, Any]
+) -> None:
+    """`occurred_at` is kept in the hashed record beside the server's time and comes back
+    as it was given; the client recomputes every hash (domain v2 for such a record); a retry
+    that gives another time is a different write; a time later than the server's is
+    refused and writes nothing."""
+    stream = conversation(admin, "bob")
+    alice, bob = agents["alice"], agents["bob"]
+    said = timestamp_pb2.Timestamp(seconds=1683554160, nanos=654321000)
+    old = say(alice, stream.id, "We met at the lake.", occurred_at=said, idempotency_key="k1")
+    plain = say(bob, stream.id, "Nice.")
+    assert old.record.occurred_at == said
+    assert old.record.created_at.seconds > said.seconds
+    assert not plain.record.HasField("occurred_at")
+    assert old.record.leaf_hash == verify.leaf_hash(old.record)
+    assert verify.record_bytes(old.record)[:26] == b"\x00\x00\x00\x16cairn.recall.record.v2"
+    assert verify.record_bytes(old.record)[-8:] == (1683554160654321).to_bytes(8, "big")
+    assert verify.record_bytes(plain.record)[:26] == b"\x00\x00\x00\x16cairn.recall.record.v1"
+
+    records = read_all(bob, stream.id, include_events=True)
+    assert [(r.seq, r.HasField("occurred_at")) for r in records] == [
+        (1, False),
+        (2, False),
+        (3, True),
+        (4, False),
+    ]
+    assert records[2] == old.record
+    key = admin.GetPublicKey(pb.GetPublicKeyRequest()).public_key
+    verify.verify_log(records, stream.genesis, plain.checkpoint, key)
+    verdict = bob.VerifyStream(pb.VerifyStreamRequest(stream_id=stream.id))
+    assert (verdict.ok, verdict.size, verdict.reason) == (True, 4, "")
+
+    again = say(alice, stream.id, "We met at the lake.", occurred_at=said, idempotency_key="k1")
+    assert (again.replayed, again.record) == (True, old.record)
+    other = rpc_error(
+        alice.Write,
+        pb.WriteRequest(
+            stream_id=stream.id,
+            entry=pb.WriteEntry(
+                content="We met at the lake.",
+                occurred_at=timestamp_pb2.Timestamp(seconds=1683554161),
+                idempotency_key="k1",
+            ),
+        ),
+    )
+    assert other.code() is grpc.StatusCode.ALREADY_EXISTS
+    assert other.details() == (
+        f"entry.idempotency_key 'k1' was used on stream '{stream.id}' for a different write (seq 3)"
+    )
+
+    future = rpc_error(
+        alice.Write,
+        pb.WriteRequest(
+            stream_id=stream.id,
+            entry=pb.WriteEntry(
+                content="From the future.",
+                occurred_at=timestamp_pb2.Timestamp(seconds=4102444800),
+            ),
+        ),
+    )
+    assert future.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert re.fullmatch(
+        r"entry\.occurred_at: is 2100-01-01T00:00:00\.000000Z, later than the server's time "
+        r"20\d\d-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z: a message cannot have been said after it was "
+        r"written",
+        future.details() or "",
+    ), future.details()
+    assert size_of(admin, stream.id) == 4
 
 
 def test_unknown_stream_is_not_found(agents: dict[str, Any]) -> None:

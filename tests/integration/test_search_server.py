@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import grpc
@@ -105,6 +105,32 @@ def test_filters_hold_in_every_lane(env: Env) -> None:
         for filters, expected in cases:
             hits = env.client.recall.search(
                 "notes", stream_ids=[room], mode=mode, min_seq={room: a2}, top_k=50, **filters
+            )
+            assert sorted(seqs(hits)) == expected, (mode, filters)
+
+
+def test_history_written_after_the_fact_is_searched_by_when_it_was_said(env: Env) -> None:
+    """A record's `occurred_at` is its time in the indexes: the time filter of every lane
+    finds it by when it was said, not by when it was written; one without it by the server's
+    time."""
+    room = env.stream("ana")
+    said = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+    old = env.client.recall.write(
+        room, "Notes from the lake trip.", source_agent_id="ana", occurred_at=said
+    ).record
+    new = env.client.recall.write(room, "Notes from today.", source_agent_id="ana").record
+    assert (old.occurred_at, new.occurred_at) == (said, None)
+    may = {"start": datetime(2023, 5, 1, tzinfo=UTC), "end": datetime(2023, 6, 1, tzinfo=UTC)}
+    cases: list[tuple[dict[str, Any], list[int]]] = [
+        ({}, [old.seq, new.seq]),
+        (may, [old.seq]),
+        ({"start": old.created_at}, [new.seq]),
+        ({"end": datetime(2023, 5, 8, 13, 56, tzinfo=UTC)}, []),
+    ]
+    for mode in ("lexical", "vector", "hybrid"):
+        for filters, expected in cases:
+            hits = env.client.recall.search(
+                "notes", stream_ids=[room], mode=mode, min_seq={room: new.seq}, **filters
             )
             assert sorted(seqs(hits)) == expected, (mode, filters)
 

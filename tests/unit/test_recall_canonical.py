@@ -30,6 +30,15 @@ CANONICAL_2 = (
     "000000000000af9613760f72635fbdb44a5a0a63c39f12af30f950a6ee5c971be188e89c40"
     "5100000000000000027b7d00064748462f824000000000"
 )
+# Record 1 again, said at 2023-05-08T13:56:00.654321Z: domain v2, that time appended.
+CANONICAL_1_SAID = (
+    "00000016636169726e2e726563616c6c2e7265636f72642e76320000000767656e6572616c"
+    "00000000000000010100000005616c6963650000000b6167656e743a616c69636500000000"
+    "0000000000000000005859e41e4aa14a2dcbd3af9918b39d7b20999896426c436422f868bf"
+    "b577435c00000002000000086772656574696e6700000005636166c3a90000000d7b226c61"
+    "6e67223a22656e227d0006474846222240000000056d73672d310005fb2effb4b7f1"
+)
+LEAF_1_SAID = "10022ea47800eac3ba3a794f87d96dd24d9d39b3cd24b928e45347947c4e76c0"
 CHECKPOINT = (
     "0000001a636169726e2e726563616c6c2e636865636b706f696e742e76310000000461636d65000000076765"
     "6e6572616c0000000000000002c357ade98375cffff3a39c5f91e60b4f9263eaac8e0c530b17004b7e4f9a54"
@@ -109,9 +118,32 @@ def test_client_encoding_matches_the_documented_vectors() -> None:
     assert verify.checkpoint_bytes(checkpoint_to_pb(checkpoint)).hex() == CHECKPOINT
 
 
+def test_a_record_said_before_it_was_written_is_encoded_as_v2_by_both() -> None:
+    first, (one, _) = vector_records()
+    draft = Draft(
+        kind=RecordKind.MESSAGE,
+        source_agent_id="alice",
+        written_by="agent:alice",
+        content="Hello, Bob! ☕",
+        tags=("greeting", "café"),
+        metadata_json='{"lang":"en"}',
+        idempotency_key="msg-1",
+        occurred_at=1683554160654321,
+    )
+    said = seal(draft, "general", 1, 1767225600123456, bytes(range(32)), first)
+    assert said.occurred_at == 1683554160654321
+    assert canonical_of(said).hex() == CANONICAL_1_SAID
+    assert said.leaf_hash.hex() == LEAF_1_SAID != one.leaf_hash.hex()
+    pb = record_to_pb(said)
+    assert verify.record_bytes(pb).hex() == CANONICAL_1_SAID
+    assert verify.leaf_hash(pb) == said.leaf_hash
+    pb.ClearField("occurred_at")  # dropping the time is caught: the leaf is v1's
+    assert verify.leaf_hash(pb) == one.leaf_hash
+
+
 def test_the_document_carries_the_vectors_the_tests_check() -> None:
     text = "".join(DOC.read_text().split())
-    for vector in (GENESIS, CANONICAL_1, CANONICAL_2, CHECKPOINT):
+    for vector in (GENESIS, CANONICAL_1, CANONICAL_2, CHECKPOINT, CANONICAL_1_SAID, LEAF_1_SAID):
         assert vector in text
 
 
@@ -128,6 +160,7 @@ _RECORDS = st.builds(
     subject_agent_id=_TEXT,
     role=st.sampled_from(list(Role)),
     target_seq=st.integers(min_value=0, max_value=2**63 - 1),
+    occurred_at=st.none() | st.integers(min_value=0, max_value=2**62),
 )
 
 

@@ -186,8 +186,9 @@ LEAF_REASON = (
         "source_agent_id = 'mallory'",
         "written_by = 'agent:mallory'",
         "created_at = created_at + 1",
+        "occurred_at = 1683504000000000",
     ],
-    ids=["tag", "metadata", "author", "writer", "timestamp"],
+    ids=["tag", "metadata", "author", "writer", "timestamp", "said-at time"],
 )
 def test_changed_field_is_caught_at_its_record(log: Log, change: str) -> None:
     log.sql((f"UPDATE records SET {change} WHERE seq = 5", ()))
@@ -224,7 +225,8 @@ def test_inserted_record_is_caught_where_it_was_inserted(log: Log) -> None:
         (
             "INSERT INTO records SELECT stream, 5, kind, 'mallory', written_by, subject_agent_id,"
             " role, target_seq, 'I was here all along', salt, content_hash, tags, metadata,"
-            " created_at, '', leaf_hash, chain_hash FROM records WHERE stream = ? AND seq = 4",
+            " created_at, '', leaf_hash, chain_hash, occurred_at FROM records"
+            " WHERE stream = ? AND seq = 4",
             (stream,),
         ),
     )
@@ -249,7 +251,7 @@ def test_well_forged_inserted_record_is_caught_where_it_was_inserted(log: Log) -
         ("UPDATE records SET seq = 1 - seq WHERE stream = ? AND seq < 0", (stream,)),
         (
             "INSERT INTO records VALUES (?, 5, 1, 'alice', 'agent:alice', '', 0, 0, ?, ?, ?,"
-            " '[]', '{}', ?, '', ?, ?)",
+            " '[]', '{}', ?, '', ?, ?, NULL)",
             (
                 stream,
                 forged.content,

@@ -12,13 +12,14 @@ import pytest
 from recall_service.index_plan import (
     IndexBatch,
     index_key,
+    indexed_record,
     plan,
     plan_slice,
     split_key,
 )
 from recall_service.index_reads import read_slice
 from recall_service.models import Record, RecordKind, Role, Stream, StreamKind
-from recall_service.projections.documents import TextSettings
+from recall_service.projections.documents import TextSettings, indexed_texts
 
 # Two neighbours on each side, no date: small enough to write the expected texts out.
 SETTINGS = TextSettings(with_date=False, neighbours_before=2, neighbours_after=2)
@@ -240,3 +241,15 @@ def test_index_keys_keep_tenants_apart() -> None:
     assert index_key("acme", "room") == "acme/room"
     assert index_key("globex", "room") != index_key("acme", "room")
     assert split_key("acme/a/b") == ("acme", "a/b")
+
+
+def test_a_record_is_indexed_at_the_time_it_was_said() -> None:
+    """`occurred_at`, when the writer gave it, is the record's time in the indexes (the
+    date in its context, the time filters, conflict recency); otherwise the log's time."""
+    said = record(1, occurred_at=1_683_554_160_654_321, created_at=1_767_225_600_000_000)
+    plain = record(2, created_at=1_767_225_601_000_000)
+    assert indexed_record("acme", said).created_at == 1_683_554_160.654321
+    assert indexed_record("acme", plain).created_at == 1_767_225_601.0
+    dated = TextSettings(neighbours_before=0, neighbours_after=0)
+    texts = indexed_texts([indexed_record("acme", said), indexed_record("acme", plain)], dated)
+    assert [t.context for t in texts] == ["8 May 2023", "1 January 2026"]

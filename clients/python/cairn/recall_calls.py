@@ -172,6 +172,7 @@ def write(
     metadata: Mapping[str, Any] | None = None,
     idempotency_key: str = "",
     vector: Sequence[float] = (),
+    occurred_at: datetime | None = None,
     timeout: float | None = None,
 ) -> Call[Written]:
     """Appends one message as the key's own agent, or as `source_agent_id` (an OWNER, admin
@@ -179,9 +180,17 @@ def write(
     `idempotency_key` the write is retried safely: a repeat returns the first record with
     `replayed` set. Raises InvalidArgument, PermissionDenied or AlreadyExists (the key was
     used for a different write). `vector` is the content's embedding, only for a server
-    whose vectors come from clients (`--embedder client`)."""
+    whose vectors come from clients (`--embedder client`). `occurred_at` is when the
+    message was said, for history written after the fact (timezone-aware, not later than
+    the server's time); the search indexes date it by that time."""
     entry = WriteEntry(
-        content, source_agent_id, tuple(tags), _dict(metadata), idempotency_key, tuple(vector)
+        content,
+        source_agent_id,
+        tuple(tags),
+        _dict(metadata),
+        idempotency_key,
+        tuple(vector),
+        occurred_at,
     )
     return Call(
         "recall",

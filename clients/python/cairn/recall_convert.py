@@ -8,6 +8,8 @@ from cairn.protobuf_values import (
     STREAM_KIND,
     from_timestamp,
     json_text,
+    optional_timestamp,
+    to_timestamp,
 )
 from cairn.recall_types import (
     Checkpoint,
@@ -66,6 +68,7 @@ def record(pb: recall_pb2.Record) -> Record:
         target_seq=pb.target_seq,
         redacted=pb.redacted,
         redacted_by_seq=pb.redacted_by_seq,
+        occurred_at=optional_timestamp(pb, "occurred_at"),
     )
 
 
@@ -183,4 +186,5 @@ def write_entry_pb(entry: WriteEntry) -> recall_pb2.WriteEntry:
         metadata_json=json_text(entry.metadata),
         idempotency_key=entry.idempotency_key,
         vector=list(entry.vector),
+        occurred_at=None if entry.occurred_at is None else to_timestamp(entry.occurred_at),
     )

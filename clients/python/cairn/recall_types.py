@@ -79,6 +79,9 @@ class Record:
     target_seq: int
     redacted: bool
     redacted_by_seq: int
+    # When the message was said, as its writer gave it; None when not given (then
+    # `created_at`, the server's time of the write, is that time).
+    occurred_at: datetime | None = None
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -87,7 +90,7 @@ class Record:
 
     def to_proto(self) -> recall_pb2.Record:
         """The record in its wire form, for `cairn.verify`."""
-        return recall_pb2.Record(
+        pb = recall_pb2.Record(
             stream_id=self.stream_id,
             seq=self.seq,
             kind=RECORD_KIND.encode(self.kind),
@@ -108,6 +111,9 @@ class Record:
             redacted=self.redacted,
             redacted_by_seq=self.redacted_by_seq,
         )
+        if self.occurred_at is not None:
+            pb.occurred_at.CopyFrom(to_timestamp(self.occurred_at))
+        return pb
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +166,9 @@ class WriteEntry:
     idempotency_key: str = ""
     # The content's embedding, only for a server run with `--embedder client`.
     vector: tuple[float, ...] = ()
+    # When it was said, if not now (history written after the fact): timezone-aware, not
+    # later than the server's time.
+    occurred_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

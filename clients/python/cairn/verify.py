@@ -102,10 +102,12 @@ def content_hash(salt: bytes, content: str) -> bytes:
 
 
 def record_bytes(record: recall_pb2.Record) -> bytes:
-    """The canonical bytes of a record (every field but its hashes, salt and content)."""
+    """The canonical bytes of a record (every field but its hashes, salt and content):
+    domain v1, or v2 with `occurred_at` appended when the record has one."""
+    occurred = record.HasField("occurred_at")
     return b"".join(
         [
-            _text("cairn.recall.record.v1"),
+            _text("cairn.recall.record.v2" if occurred else "cairn.recall.record.v1"),
             _text(record.stream_id),
             _u64(record.seq),
             _u8(record.kind),
@@ -120,6 +122,7 @@ def record_bytes(record: recall_pb2.Record) -> bytes:
             _text(record.metadata_json),
             _i64(_micros(record.created_at)),
             _text(record.idempotency_key),
+            _i64(_micros(record.occurred_at)) if occurred else b"",
         ]
     )
 

@@ -99,6 +99,7 @@ def record_json(record: pb.Record) -> dict[str, Any]:
         "metadataJson": record.metadata_json,
         "createdAt": ts_json(record.created_at),
         "idempotencyKey": record.idempotency_key,
+        **({"occurredAt": ts_json(record.occurred_at)} if record.HasField("occurred_at") else {}),
         "leafHash": record.leaf_hash.hex(),
         "chainHash": record.chain_hash.hex(),
     }
@@ -165,6 +166,16 @@ def chain_records(genesis: bytes, first_content: str = "Hello, Bob! ☕") -> lis
             "metadata_json": "{}",
             "created_at": ts(1767225604000000),
         },
+        {  # history written after the fact: the time it was said (domain v2)
+            "kind": pb.RECORD_KIND_MESSAGE,
+            "source_agent_id": "alice",
+            "written_by": "admin:root",
+            "content": "Said long before it was written.",
+            "salt": bytes(range(160, 192)),
+            "metadata_json": "{}",
+            "created_at": ts(1767225605000000),
+            "occurred_at": ts(1683504000654321),
+        },
     ]
     records = []
     previous = genesis
@@ -217,7 +228,7 @@ def encoding_corners() -> list[dict[str, Any]]:
 def record_from_json(fields: dict[str, Any]) -> pb.Record:
     """The inverse of `record_json`."""
     created = fields["createdAt"]
-    return pb.Record(
+    record = pb.Record(
         stream_id=fields["streamId"],
         seq=int(fields["seq"]),
         kind=fields["kind"],
@@ -236,6 +247,10 @@ def record_from_json(fields: dict[str, Any]) -> pb.Record:
         leaf_hash=bytes.fromhex(fields["leafHash"]),
         chain_hash=bytes.fromhex(fields["chainHash"]),
     )
+    if "occurredAt" in fields:
+        said = fields["occurredAt"]
+        record.occurred_at.CopyFrom(Timestamp(seconds=int(said["seconds"]), nanos=said["nanos"]))
+    return record
 
 
 def record_mutations(records: list[pb.Record], genesis: bytes) -> list[dict[str, Any]]:
@@ -270,6 +285,12 @@ def record_mutations(records: list[pb.Record], genesis: bytes) -> list[dict[str,
     return [
         case("the chain as served", every),
         case("the chain from record 3 on", every[2:]),
+        case(
+            "the time it was said changed by a microsecond",
+            every,
+            6,
+            occurredAt={"seconds": served[6]["occurredAt"]["seconds"], "nanos": 655321000},
+        ),
         case("content changed", every, 0, content="Hello, Bob! ☕ "),
         case("content without a salt", every, 0, salt=""),
         case("a tag changed", every, 0, tags=["greeting", "cafe"]),

@@ -31,6 +31,8 @@ export interface RecordFields {
   metadataJson: string;
   createdAt?: TimestampFields | undefined;
   idempotencyKey: string;
+  /** When the message was said, as its writer gave it; unset when not given. */
+  occurredAt?: TimestampFields | undefined;
 }
 
 /** A record as the service returns it: its fields, content, salt and stored hashes. */
@@ -146,10 +148,12 @@ export function contentHash(salt: Uint8Array, content: string): Uint8Array {
   return sha256(salt, new TextEncoder().encode(content));
 }
 
-/** The canonical bytes of a record (every field but its hashes, salt and content). */
+/** The canonical bytes of a record (every field but its hashes, salt and content): domain
+ * v1, or v2 with `occurredAt` appended when the record has one. */
 export function recordBytes(record: RecordFields): Uint8Array {
+  const occurred = record.occurredAt !== undefined;
   return concat(
-    text("cairn.recall.record.v1"),
+    text(occurred ? "cairn.recall.record.v2" : "cairn.recall.record.v1"),
     text(record.streamId),
     u64(record.seq),
     u8(record.kind),
@@ -164,6 +168,7 @@ export function recordBytes(record: RecordFields): Uint8Array {
     text(record.metadataJson),
     i64(micros(record.createdAt)),
     text(record.idempotencyKey),
+    occurred ? i64(micros(record.occurredAt)) : new Uint8Array(0),
   );
 }
 

@@ -216,6 +216,7 @@ class Record(_message.Message):
     TARGET_SEQ_FIELD_NUMBER: _builtins.int
     REDACTED_FIELD_NUMBER: _builtins.int
     REDACTED_BY_SEQ_FIELD_NUMBER: _builtins.int
+    OCCURRED_AT_FIELD_NUMBER: _builtins.int
     stream_id: _builtins.str
     seq: _builtins.int
     """1, 2, 3, … without gaps."""
@@ -252,6 +253,12 @@ class Record(_message.Message):
     def created_at(self) -> _timestamp_pb2.Timestamp:
         """Server time, microsecond precision, non-decreasing along the stream."""
 
+    @_builtins.property
+    def occurred_at(self) -> _timestamp_pb2.Timestamp:
+        """When the message was said, as its writer gave it (`WriteEntry.occurred_at`); unset when
+        it was not given, and then `created_at` is that time. Part of the canonical bytes.
+        """
+
     def __init__(
         self,
         *,
@@ -274,10 +281,11 @@ class Record(_message.Message):
         target_seq: _builtins.int = ...,
         redacted: _builtins.bool = ...,
         redacted_by_seq: _builtins.int = ...,
+        occurred_at: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "occurred_at", b"occurred_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chain_hash", b"chain_hash", "content", b"content", "content_hash", b"content_hash", "created_at", b"created_at", "idempotency_key", b"idempotency_key", "kind", b"kind", "leaf_hash", b"leaf_hash", "metadata_json", b"metadata_json", "redacted", b"redacted", "redacted_by_seq", b"redacted_by_seq", "role", b"role", "salt", b"salt", "seq", b"seq", "source_agent_id", b"source_agent_id", "stream_id", b"stream_id", "subject_agent_id", b"subject_agent_id", "tags", b"tags", "target_seq", b"target_seq", "written_by", b"written_by"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chain_hash", b"chain_hash", "content", b"content", "content_hash", b"content_hash", "created_at", b"created_at", "idempotency_key", b"idempotency_key", "kind", b"kind", "leaf_hash", b"leaf_hash", "metadata_json", b"metadata_json", "occurred_at", b"occurred_at", "redacted", b"redacted", "redacted_by_seq", b"redacted_by_seq", "role", b"role", "salt", b"salt", "seq", b"seq", "source_agent_id", b"source_agent_id", "stream_id", b"stream_id", "subject_agent_id", b"subject_agent_id", "tags", b"tags", "target_seq", b"target_seq", "written_by", b"written_by"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -373,6 +381,7 @@ class WriteEntry(_message.Message):
     METADATA_JSON_FIELD_NUMBER: _builtins.int
     IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
     VECTOR_FIELD_NUMBER: _builtins.int
+    OCCURRED_AT_FIELD_NUMBER: _builtins.int
     source_agent_id: _builtins.str
     """The participant the message speaks for. Empty on an agent key means the agent itself;
     admin and service keys must set it.
@@ -397,6 +406,15 @@ class WriteEntry(_message.Message):
         is not part of the hashed record. A server that embeds content itself refuses it.
         """
 
+    @_builtins.property
+    def occurred_at(self) -> _timestamp_pb2.Timestamp:
+        """Optional: when the message was said, for history written after the fact (an imported
+        conversation). Microsecond precision, from 1970 on, not later than the server's time.
+        Kept in the hashed record beside `created_at` (the server's time of the write, which
+        stays authoritative for the log's order); the search indexes date the message by it
+        (the date indexed with a turn, and the search filter's `time_range`).
+        """
+
     def __init__(
         self,
         *,
@@ -406,10 +424,11 @@ class WriteEntry(_message.Message):
         metadata_json: _builtins.str = ...,
         idempotency_key: _builtins.str = ...,
         vector: _abc.Iterable[_builtins.float] | None = ...,
+        occurred_at: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["occurred_at", b"occurred_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "idempotency_key", b"idempotency_key", "metadata_json", b"metadata_json", "source_agent_id", b"source_agent_id", "tags", b"tags", "vector", b"vector"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "idempotency_key", b"idempotency_key", "metadata_json", b"metadata_json", "occurred_at", b"occurred_at", "source_agent_id", b"source_agent_id", "tags", b"tags", "vector", b"vector"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1352,7 +1371,9 @@ class SearchFilter(_message.Message):
 
     @_builtins.property
     def time_range(self) -> _common_pb2.TimeRange:
-        """Only records whose `created_at` falls in [start, end)."""
+        """Only records whose time falls in [start, end): `occurred_at` where the writer gave it,
+        `created_at` otherwise.
+        """
 
     @_builtins.property
     def tags_any(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:

@@ -293,6 +293,11 @@ export interface Record {
   /** Output only: the content and salt were erased by REDACTION record `redacted_by_seq`. */
   redacted: boolean;
   redactedBySeq: bigint;
+  /**
+   * When the message was said, as its writer gave it (`WriteEntry.occurred_at`); unset when
+   * it was not given, and then `created_at` is that time. Part of the canonical bytes.
+   */
+  occurredAt: Timestamp | undefined;
 }
 
 /** Participant is an agent attached to a stream. */
@@ -347,6 +352,14 @@ export interface WriteEntry {
    * is not part of the hashed record. A server that embeds content itself refuses it.
    */
   vector: number[];
+  /**
+   * Optional: when the message was said, for history written after the fact (an imported
+   * conversation). Microsecond precision, from 1970 on, not later than the server's time.
+   * Kept in the hashed record beside `created_at` (the server's time of the write, which
+   * stays authoritative for the log's order); the search indexes date the message by it
+   * (the date indexed with a turn, and the search filter's `time_range`).
+   */
+  occurredAt: Timestamp | undefined;
 }
 
 export interface CreateStreamRequest {
@@ -608,7 +621,10 @@ export interface RedactResponse {
 export interface SearchFilter {
   /** Only records by these authors (`source_agent_id`). */
   sourceAgentIds: string[];
-  /** Only records whose `created_at` falls in [start, end). */
+  /**
+   * Only records whose time falls in [start, end): `occurred_at` where the writer gave it,
+   * `created_at` otherwise.
+   */
   timeRange:
     | TimeRange
     | undefined;
@@ -936,6 +952,7 @@ function createBaseRecord(): Record {
     targetSeq: 0n,
     redacted: false,
     redactedBySeq: 0n,
+    occurredAt: undefined,
   };
 }
 
@@ -1006,6 +1023,9 @@ export const Record: MessageFns<Record> = {
         throw new globalThis.Error("value provided for field message.redactedBySeq of type int64 too large");
       }
       writer.uint32(152).int64(message.redactedBySeq);
+    }
+    if (message.occurredAt !== undefined) {
+      Timestamp.encode(message.occurredAt, writer.uint32(162).fork()).join();
     }
     return writer;
   },
@@ -1175,6 +1195,14 @@ export const Record: MessageFns<Record> = {
             message.redactedBySeq = reader.int64() as bigint;
             continue;
           }
+          case 20: {
+            if (tag !== 162) {
+              break;
+            }
+
+            message.occurredAt = Timestamp.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1258,6 +1286,11 @@ export const Record: MessageFns<Record> = {
         : isSet(object.redacted_by_seq)
         ? BigInt(object.redacted_by_seq)
         : 0n,
+      occurredAt: isSet(object.occurredAt)
+        ? fromJsonTimestamp(object.occurredAt)
+        : isSet(object.occurred_at)
+        ? fromJsonTimestamp(object.occurred_at)
+        : undefined,
     };
   },
 
@@ -1320,6 +1353,9 @@ export const Record: MessageFns<Record> = {
     if (message.redactedBySeq !== 0n) {
       obj.redactedBySeq = message.redactedBySeq.toString();
     }
+    if (message.occurredAt !== undefined) {
+      obj.occurredAt = fromTimestamp(message.occurredAt).toISOString();
+    }
     return obj;
   },
 
@@ -1351,6 +1387,9 @@ export const Record: MessageFns<Record> = {
     message.redactedBySeq = (object.redactedBySeq !== undefined && object.redactedBySeq !== null)
       ? BigInt(object.redactedBySeq)
       : 0n;
+    message.occurredAt = (object.occurredAt !== undefined && object.occurredAt !== null)
+      ? Timestamp.fromPartial(object.occurredAt)
+      : undefined;
     return message;
   },
 };
@@ -1697,7 +1736,15 @@ export const Checkpoint: MessageFns<Checkpoint> = {
 };
 
 function createBaseWriteEntry(): WriteEntry {
-  return { sourceAgentId: "", content: "", tags: [], metadataJson: "", idempotencyKey: "", vector: [] };
+  return {
+    sourceAgentId: "",
+    content: "",
+    tags: [],
+    metadataJson: "",
+    idempotencyKey: "",
+    vector: [],
+    occurredAt: undefined,
+  };
 }
 
 export const WriteEntry: MessageFns<WriteEntry> = {
@@ -1723,6 +1770,9 @@ export const WriteEntry: MessageFns<WriteEntry> = {
         writer.float(v);
       }
       writer.join();
+    }
+    if (message.occurredAt !== undefined) {
+      Timestamp.encode(message.occurredAt, writer.uint32(58).fork()).join();
     }
     return writer;
   },
@@ -1798,6 +1848,14 @@ export const WriteEntry: MessageFns<WriteEntry> = {
 
             break;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.occurredAt = Timestamp.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1830,6 +1888,11 @@ export const WriteEntry: MessageFns<WriteEntry> = {
         ? globalThis.String(object.idempotency_key)
         : "",
       vector: globalThis.Array.isArray(object?.vector) ? object.vector.map((e: any) => globalThis.Number(e)) : [],
+      occurredAt: isSet(object.occurredAt)
+        ? fromJsonTimestamp(object.occurredAt)
+        : isSet(object.occurred_at)
+        ? fromJsonTimestamp(object.occurred_at)
+        : undefined,
     };
   },
 
@@ -1853,6 +1916,9 @@ export const WriteEntry: MessageFns<WriteEntry> = {
     if (message.vector?.length) {
       obj.vector = message.vector.map((e) => floatToJson(e));
     }
+    if (message.occurredAt !== undefined) {
+      obj.occurredAt = fromTimestamp(message.occurredAt).toISOString();
+    }
     return obj;
   },
 
@@ -1867,6 +1933,9 @@ export const WriteEntry: MessageFns<WriteEntry> = {
     message.metadataJson = object.metadataJson ?? "";
     message.idempotencyKey = object.idempotencyKey ?? "";
     message.vector = object.vector?.map((e) => e) || [];
+    message.occurredAt = (object.occurredAt !== undefined && object.occurredAt !== null)
+      ? Timestamp.fromPartial(object.occurredAt)
+      : undefined;
     return message;
   },
 };
