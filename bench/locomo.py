@@ -13,8 +13,9 @@ indexing lag and search latency.
 How a turn becomes a write is the general mapping any client would use, nothing
 LoCoMo-specific in the service: the speaker is the author (`source_agent_id`, attached as a
 WRITER), the content is the turn's text with a shared image's caption appended
-(`text [shares an image: caption]`), and the turn's id and session time go in the metadata
-(the log keeps its own server time). No tags.
+(`text [shares an image: caption]`), the session's time (plus the turn's index in seconds) is
+when it was said (`occurred_at`: history written after the fact; the log keeps its own
+server time beside it), and the turn's id and session go in the metadata. No tags.
 
 - `writes_per_s`: turns written over the wall time of all writers.
 - `index_lag_s`: from the last write's acknowledgement until a `Search` with every stream's
@@ -32,6 +33,7 @@ import json
 import tempfile
 import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -64,8 +66,9 @@ def write_conversation(client: cairn.Client, conversation: Conversation) -> int:
             stream_id,
             turn_content(turn),
             source_agent_id=turn.speaker,
-            metadata={"dia_id": turn.dia_id, "session": turn.session, "time": turn.created_at},
+            metadata={"dia_id": turn.dia_id, "session": turn.session},
             idempotency_key=f"turn-{turn.dia_id}",
+            occurred_at=datetime.fromtimestamp(turn.created_at, UTC),
         )
         last = written.record.seq
     return last
