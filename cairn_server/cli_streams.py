@@ -6,6 +6,7 @@ import argparse
 import base64
 import json
 import sys
+from datetime import datetime
 from pathlib import Path
 
 from rich.progress import Progress
@@ -19,11 +20,24 @@ from cairn_server.cli_common import add_connection_flags, emit
 
 def _record_line(record: cairn.Record) -> str:
     who = record.source_agent_id or record.written_by
-    when = record.created_at.strftime("%Y-%m-%d %H:%M:%S")
+    when = (record.occurred_at or record.created_at).strftime("%Y-%m-%d %H:%M:%S")
     if record.kind is not cairn.RecordKind.MESSAGE:
         subject = record.subject_agent_id or record.target_seq
         return f"#{record.seq} {when} [{record.kind.value}] {subject}"
     return f"#{record.seq} {when} {who}: {record.content}"
+
+
+def _said_time(text: str) -> datetime:
+    """An ISO 8601 time with its zone (`--occurred-at`)."""
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from None
+    if value.tzinfo is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has no time zone: add one (Z for UTC, or +01:00 and the like)"
+        )
+    return value
 
 
 def stream_create(args: argparse.Namespace, client: cairn.Client) -> int:
@@ -51,6 +65,7 @@ def stream_write(args: argparse.Namespace, client: cairn.Client) -> int:
         source_agent_id=args.as_agent or "",
         tags=args.tag or (),
         idempotency_key=args.idempotency_key or "",
+        occurred_at=args.occurred_at,
     )
     emit(args, _record_line(written.record), written)
     return 0
@@ -157,6 +172,12 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     write.add_argument("--as", dest="as_agent", help="the participant the message speaks for")
     write.add_argument("--tag", action="append")
     write.add_argument("--idempotency-key")
+    write.add_argument(
+        "--occurred-at",
+        type=_said_time,
+        help="when the message was said, for history written after the fact "
+        "(ISO 8601 with a zone, e.g. 2023-05-08T13:56:00Z)",
+    )
     add_connection_flags(write, stream_write)
     read = stream.add_parser("read", help="read messages in log order")
     read.add_argument("stream_id")

@@ -160,6 +160,41 @@ def test_stream_write_read_and_verify_against_a_kept_checkpoint(
     assert [r["kind"] for r in events["records"]] == ["attach", "attach"]
 
 
+def test_stream_write_keeps_when_a_message_was_said(cairn: Cairn) -> None:
+    stream = cairn.json("stream", "create", "--owner", "planner")["stream"]["id"]
+    written = cairn.json(
+        "stream",
+        "write",
+        stream,
+        "--content",
+        "Met at the lake.",
+        "--as",
+        "planner",
+        "--occurred-at",
+        "2023-05-08T13:56:00Z",
+    )
+    assert written["record"]["occurred_at"] == "2023-05-08T13:56:00+00:00"
+    code, out, err = cairn.run("stream", "read", stream)
+    assert (code, out.splitlines()) == (0, ["#2 2023-05-08 13:56:00 planner: Met at the lake."])
+    code, _, err = cairn.run(
+        "stream",
+        "write",
+        stream,
+        "--content",
+        "x",
+        "--as",
+        "planner",
+        "--occurred-at",
+        "2023-05-08T13:56:00",
+    )
+    assert code == 2
+    assert err.splitlines()[-1].endswith(
+        "argument --occurred-at: '2023-05-08T13:56:00' has no time zone: add one (Z for UTC, "
+        "or +01:00 and the like)"
+    )
+    assert len(cairn.json("stream", "read", stream)["records"]) == 1
+
+
 def test_keys_create_list_and_revoke(
     cairn: Cairn, services: tuple[ServerProcess, ServerProcess]
 ) -> None:

@@ -98,6 +98,20 @@ def test_a_record_comes_back_to_the_same_bytes_and_still_verifies() -> None:
         deterministic=True
     )
     assert verify.verify_records([record.to_proto()], b"\x00" * 32) == wire.chain_hash
+    assert record.occurred_at is None
+
+
+def test_a_record_said_before_it_was_written_keeps_that_time_both_ways() -> None:
+    wire = signed_record()
+    wire.occurred_at.CopyFrom(Timestamp(seconds=1_683_554_160, nanos=654_321_000))
+    wire.leaf_hash = verify.leaf_hash(wire)
+    wire.chain_hash = verify.chain_hash(b"\x00" * 32, wire.leaf_hash)
+    record = recall_convert.record(wire)
+    assert record.occurred_at == datetime(2023, 5, 8, 13, 56, 0, 654_321, tzinfo=UTC)
+    assert record.to_proto().SerializeToString(deterministic=True) == wire.SerializeToString(
+        deterministic=True
+    )
+    assert verify.verify_records([record.to_proto()], b"\x00" * 32) == wire.chain_hash
 
 
 def test_a_checkpoint_comes_back_to_the_same_bytes() -> None:
