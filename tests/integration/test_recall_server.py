@@ -77,6 +77,13 @@ def say(client: Any, stream_id: str, content: str, **entry: Any) -> pb.WriteResp
     return reply
 
 
+def refusal(client: Any, stream_id: str, **entry: Any) -> grpc.RpcError:
+    """The error of a write that must be refused."""
+    return rpc_error(
+        client.Write, pb.WriteRequest(stream_id=stream_id, entry=pb.WriteEntry(**entry))
+    )
+
+
 def read_all(client: Any, stream_id: str, **query: Any) -> list[pb.Record]:
     records: list[pb.Record] = []
     token = ""
@@ -408,31 +415,23 @@ def test_history_written_after_the_fact_keeps_when_it_was_said(
 
     again = say(alice, stream.id, "We met at the lake.", occurred_at=said, idempotency_key="k1")
     assert (again.replayed, again.record) == (True, old.record)
-    other = rpc_error(
-        alice.Write,
-        pb.WriteRequest(
-            stream_id=stream.id,
-            entry=pb.WriteEntry(
-                content="We met at the lake.",
-                occurred_at=timestamp_pb2.Timestamp(seconds=1683554161),
-                idempotency_key="k1",
-            ),
-        ),
+    other = refusal(
+        alice,
+        stream.id,
+        content="We met at the lake.",
+        occurred_at=timestamp_pb2.Timestamp(seconds=1683554161),
+        idempotency_key="k1",
     )
     assert other.code() is grpc.StatusCode.ALREADY_EXISTS
     assert other.details() == (
         f"entry.idempotency_key 'k1' was used on stream '{stream.id}' for a different write (seq 3)"
     )
 
-    future = rpc_error(
-        alice.Write,
-        pb.WriteRequest(
-            stream_id=stream.id,
-            entry=pb.WriteEntry(
-                content="From the future.",
-                occurred_at=timestamp_pb2.Timestamp(seconds=4102444800),
-            ),
-        ),
+    future = refusal(
+        alice,
+        stream.id,
+        content="From the future.",
+        occurred_at=timestamp_pb2.Timestamp(seconds=4102444800),
     )
     assert future.code() is grpc.StatusCode.INVALID_ARGUMENT
     assert re.fullmatch(

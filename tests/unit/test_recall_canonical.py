@@ -3,6 +3,7 @@ and the server's and the client's hashes agreeing on arbitrary records."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from hypothesis import given, settings
@@ -46,24 +47,21 @@ CHECKPOINT = (
 )
 
 
+# §7 record 1 before sealing.
+DRAFT_1 = Draft(
+    kind=RecordKind.MESSAGE,
+    source_agent_id="alice",
+    written_by="agent:alice",
+    content="Hello, Bob! ☕",
+    tags=("greeting", "café"),
+    metadata_json='{"lang":"en"}',
+    idempotency_key="msg-1",
+)
+
+
 def vector_records() -> tuple[bytes, list[Record]]:
     first = genesis("acme", "general", StreamKind.CONVERSATION, CREATED)
-    one = seal(
-        Draft(
-            kind=RecordKind.MESSAGE,
-            source_agent_id="alice",
-            written_by="agent:alice",
-            content="Hello, Bob! ☕",
-            tags=("greeting", "café"),
-            metadata_json='{"lang":"en"}',
-            idempotency_key="msg-1",
-        ),
-        "general",
-        1,
-        1767225600123456,
-        bytes(range(32)),
-        first,
-    )
+    one = seal(DRAFT_1, "general", 1, 1767225600123456, bytes(range(32)), first)
     two = seal(
         Draft(
             kind=RecordKind.ATTACH,
@@ -120,16 +118,7 @@ def test_client_encoding_matches_the_documented_vectors() -> None:
 
 def test_a_record_said_before_it_was_written_is_encoded_as_v2_by_both() -> None:
     first, (one, _) = vector_records()
-    draft = Draft(
-        kind=RecordKind.MESSAGE,
-        source_agent_id="alice",
-        written_by="agent:alice",
-        content="Hello, Bob! ☕",
-        tags=("greeting", "café"),
-        metadata_json='{"lang":"en"}',
-        idempotency_key="msg-1",
-        occurred_at=1683554160654321,
-    )
+    draft = replace(DRAFT_1, occurred_at=1683554160654321)
     said = seal(draft, "general", 1, 1767225600123456, bytes(range(32)), first)
     assert said.occurred_at == 1683554160654321
     assert canonical_of(said).hex() == CANONICAL_1_SAID
