@@ -442,6 +442,47 @@ def test_history_written_after_the_fact_keeps_when_it_was_said(
     ), future.details()
     assert size_of(admin, stream.id) == 4
 
+    # In a batch, each entry has its own time, and one later than the server's refuses the
+    # whole batch, naming the entry.
+    batch = admin.WriteBatch(
+        pb.WriteBatchRequest(
+            stream_id=stream.id,
+            entries=[
+                pb.WriteEntry(source_agent_id="bob", content="Then lunch.", occurred_at=said),
+                pb.WriteEntry(source_agent_id="bob", content="Now."),
+            ],
+        )
+    )
+    assert [r.HasField("occurred_at") for r in batch.records] == [True, False]
+    refused = rpc_error(
+        admin.WriteBatch,
+        pb.WriteBatchRequest(
+            stream_id=stream.id,
+            entries=[
+                pb.WriteEntry(source_agent_id="bob", content="Fine."),
+                pb.WriteEntry(
+                    source_agent_id="bob",
+                    content="Later.",
+                    occurred_at=timestamp_pb2.Timestamp(seconds=4102444800),
+                ),
+            ],
+        ),
+    )
+    assert refused.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert (refused.details() or "").startswith(
+        "entries[1].occurred_at: is 2100-01-01T00:00:00.000000Z, later than the server's time"
+    )
+    assert size_of(admin, stream.id) == 6
+
+    # Redacted, it keeps the time it was said and the log still verifies.
+    alice.Redact(pb.RedactRequest(stream_id=stream.id, seq=3, reason="asked to forget"))
+    records = read_all(bob, stream.id, include_events=True)
+    assert (records[2].redacted, records[2].content, records[2].occurred_at) == (True, "", said)
+    latest = bob.GetCheckpoint(pb.GetCheckpointRequest(stream_id=stream.id)).checkpoint
+    verify.verify_log(records, stream.genesis, latest, key)
+    verdict = bob.VerifyStream(pb.VerifyStreamRequest(stream_id=stream.id))
+    assert (verdict.ok, verdict.size, verdict.reason) == (True, 7, "")
+
 
 def test_unknown_stream_is_not_found(agents: dict[str, Any]) -> None:
     for call, request in (
