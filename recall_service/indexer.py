@@ -70,8 +70,9 @@ class IndexerSettings:
     # The indexer thread's nice value is raised by this much (Linux; 0 leaves it): when the
     # cores are busy, RPCs run first and indexing takes what they leave
     # (`cairn_server.thread_priority`). Writes never wait for the indexer; this keeps it
-    # from competing with them for a core.
-    nice: int = 10
+    # from competing with them for a core. 9 is what Qdrant Edge gives its own search-graph
+    # build threads, so that during a build neither background task starves the other.
+    nice: int = 9
 
 
 def should_optimize(

@@ -122,6 +122,42 @@ def test_a_graph_build_in_the_worker_leaves_this_process_running(
     assert len(found) == 10
 
 
+def thread_nices(pid: int) -> list[int]:
+    """The nice value of each thread of a process, from /proc (field 19 of each stat)."""
+    nices = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:  # the thread ended meanwhile
+            continue
+        nices.append(int(stat.rpartition(")")[2].split()[16]))
+    return nices
+
+
+EDGE_BUILD_NICE = 9  # what Qdrant Edge sets its own search-graph build threads to
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="threads have nice values on Linux")
+def test_edge_builds_its_search_graph_on_threads_at_nice_9(worker: EdgeWorkerIndex) -> None:
+    """Qdrant Edge lowers its own graph-build threads to nice 9 while the thread answering
+    calls keeps the process's value: the indexer's default (`IndexerSettings.nice`) is the
+    same, so that during a build neither starves the other and both give way to the RPCs."""
+    if os.getpriority(os.PRIO_PROCESS, 0) != 0:
+        pytest.skip("this process does not run at nice 0")
+    fill(worker, 12_000)  # enough points for a real build (about a second or more)
+    child = worker._proc
+    assert child is not None
+    seen: set[int] = set()
+    builder = threading.Thread(target=worker.optimize)
+    builder.start()
+    while builder.is_alive():
+        seen.update(thread_nices(child.pid))
+        time.sleep(0.002)
+    builder.join()
+    assert seen == {0, EDGE_BUILD_NICE} and IndexerSettings().nice == EDGE_BUILD_NICE
+    assert worker.count(SearchFilter("acme", ("s1",))) == 12_000
+
+
 def test_the_same_build_inline_stops_every_thread_of_the_process(tmp_path: Path) -> None:
     """Why the worker exists: measured the same way, the shard in this process holds the
     GIL through the whole build."""
