@@ -19,8 +19,9 @@ are answered by that lane during a build, so `applied` is its marker then — an
 build ends it brings the vector lane up from its own markers. With Edge in this process the
 build holds the GIL throughout, so it runs on the indexer thread and everything waits.
 
-The indexer thread runs at a lower CPU priority than the RPCs (`IndexerSettings.nice`): on
-a machine whose cores are busy, a write waiting for a core goes before a batch of indexing.
+With `IndexerSettings.nice` the indexer thread runs at a lower CPU priority than the RPCs:
+on a machine whose cores are busy, a write waiting for a core goes before a batch of
+indexing.
 """
 
 from __future__ import annotations
@@ -67,12 +68,12 @@ class IndexerSettings:
     retry_seconds: float = 1.0
     optimize_after: int = 20_000
     optimize_idle_seconds: float = 2.0
-    # The indexer thread's nice value is raised by this much (Linux; 0 leaves it): when the
-    # cores are busy, RPCs run first and indexing takes what they leave
-    # (`cairn_server.thread_priority`). Writes never wait for the indexer; this keeps it
-    # from competing with them for a core. 9 is what Qdrant Edge gives its own search-graph
-    # build threads, so that during a build neither background task starves the other.
-    nice: int = 9
+    # The indexer thread's nice value is raised by this much (Linux; 0 leaves it level):
+    # when the cores are busy, RPCs run first and indexing takes what they leave
+    # (`cairn_server.thread_priority`). A trade: a few % more writes/s on busy cores against
+    # searches that see new records later (docs/search.md, "At a lower CPU priority"). 9 is
+    # what Qdrant Edge gives its own search-graph build threads.
+    nice: int = 0
 
 
 def should_optimize(

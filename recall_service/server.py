@@ -65,7 +65,7 @@ class RecallSettings(ServerSettings):
     index_inline: bool = False
     index_batch: int = Field(default=1024, ge=1)
     index_poll_seconds: float = Field(default=0.25, gt=0)
-    index_nice: int = Field(default=9, ge=0, le=19)
+    index_nice: int = Field(default=0, ge=0, le=19)
     search_wait_seconds: float = Field(default=5.0, ge=0)
     search_threads: int = Field(default=4, ge=1)
 
@@ -176,8 +176,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         "--index-nice",
         type=int,
         help="how much lower the indexer thread's CPU priority is than the RPCs' "
-        "(env CAIRN_INDEX_NICE; a nice value added on Linux, 0-19; default 9, as Qdrant Edge's "
-        "graph build; 0 for equal)",
+        "(env CAIRN_INDEX_NICE; a nice value added on Linux, 0-19; default 0, level; 9 puts it "
+        "with Qdrant Edge's graph build: more writes/s on busy cores, staler searches)",
     )
     parser.add_argument(
         "--search-wait-seconds", type=float, help="longest min_seq wait of a Search (5)"

@@ -140,8 +140,7 @@ EDGE_BUILD_NICE = 9  # what Qdrant Edge sets its own search-graph build threads 
 @pytest.mark.skipif(sys.platform != "linux", reason="threads have nice values on Linux")
 def test_edge_builds_its_search_graph_on_threads_at_nice_9(worker: EdgeWorkerIndex) -> None:
     """Qdrant Edge lowers its own graph-build threads to nice 9 while the thread answering
-    calls keeps the process's value: the indexer's default (`IndexerSettings.nice`) is the
-    same, so that during a build neither starves the other and both give way to the RPCs."""
+    calls keeps the process's value (what `--index-nice 9` puts the indexer beside)."""
     if os.getpriority(os.PRIO_PROCESS, 0) != 0:
         pytest.skip("this process does not run at nice 0")
     fill(worker, 12_000)  # enough points for a real build (about a second or more)
@@ -154,7 +153,7 @@ def test_edge_builds_its_search_graph_on_threads_at_nice_9(worker: EdgeWorkerInd
         seen.update(thread_nices(child.pid))
         time.sleep(0.002)
     builder.join()
-    assert seen == {0, EDGE_BUILD_NICE} and IndexerSettings().nice == EDGE_BUILD_NICE
+    assert seen == {0, EDGE_BUILD_NICE}
     assert worker.count(SearchFilter("acme", ("s1",))) == 12_000
 
 
