@@ -22,7 +22,7 @@ def lower_current_thread(by: int) -> int | None:
     """Raises the calling thread's nice value by `by` (capped at 19; never lowered, so a
     process started under `nice` keeps its own setting as the floor). Returns the thread's
     nice value now, or None where threads have no nice value of their own or the change was
-    refused (logged once, the thread runs on as it was)."""
+    refused (logged; the thread runs on as it was)."""
     if by <= 0 or sys.platform != "linux":
         return None
     thread = threading.get_native_id()

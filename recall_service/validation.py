@@ -6,7 +6,7 @@ import json
 import math
 import re
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cairn_server.errors import InvalidArgument
@@ -105,8 +105,12 @@ def check_idempotency_key(field: str, key: str) -> None:
         raise InvalidArgument(field, f"must be at most {MAX_IDEMPOTENCY_KEY} printable characters")
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def _iso(micros: int) -> str:
-    return datetime.fromtimestamp(micros / 1_000_000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """A time in µs as ISO 8601 UTC, exact to the microsecond."""
+    return (_EPOCH + timedelta(microseconds=micros)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def check_occurred_at(field: str, occurred_at: int, now: int) -> None:
