@@ -25,7 +25,9 @@ With `--index-inline` the server indexes and searches in its own process (its
    then as many `Write` calls in flight as long, spread over the streams, and their ratio to
    the baseline. The index lag (`cairn_index_lag_records` from /metrics) is sampled every
    0.5 s, and after the last write a `min_seq` search measures how long the indexes take to
-   catch up.
+   catch up. Both phases report each process's CPU milliseconds per call (`cpu_ms_per_call`:
+   the server, its search process, the Edge worker, this client, and their total), from
+   /proc and `getrusage`: on a machine of few cores, where the writes/s go.
 3. **Search**, on the same data directory served again with the access log (`--access-log`):
    `--queries` LoCoMo questions, sequentially, over one stream, ten streams and all
    streams, in each mode; client-side round trips and server-side times (the access log's
@@ -44,8 +46,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import re
+import resource
 import tempfile
 import time
 import urllib.request
@@ -101,6 +105,41 @@ def _descendants(pid: int) -> list[int]:
         for child in (task / "children").read_text().split():
             out.extend((int(child), *_descendants(int(child))))
     return out
+
+
+def cpu_seconds(pid: int) -> dict[str, float]:
+    """CPU time (user + system) of the server and each of its descendants, by role: the
+    server, its search process, the Edge worker (from /proc; a role absent is left out)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for proc in (pid, *_descendants(pid)):
+        cmdline = Path(f"/proc/{proc}/cmdline").read_bytes()
+        role = (
+            "edge_worker"
+            if b"vector_worker" in cmdline
+            else "search_process"
+            if b"index_process" in cmdline
+            else "server"
+        )
+        fields = Path(f"/proc/{proc}/stat").read_text().rsplit(")", 1)[1].split()
+        out[role] = out.get(role, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def client_cpu_seconds() -> float:
+    """CPU time of this process (the bench's client), all threads."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def cpu_ms_per_call(
+    before: dict[str, float], after: dict[str, float], client: float, calls: int
+) -> dict[str, float]:
+    """Each process's CPU milliseconds per call over a sustained phase, and their total."""
+    out = {role: (after[role] - before.get(role, 0.0)) * 1000 / max(1, calls) for role in after}
+    out["client"] = client * 1000 / max(1, calls)
+    out["total"] = sum(out.values())
+    return {role: round(ms, 3) for role, ms in out.items()}
 
 
 def du_mb(path: Path) -> float:
@@ -181,11 +220,13 @@ async def sustained_calls(
     seconds: float,
     write: bool,
     metrics_port: int,
+    server_pid: int,
     in_flight: int = 32,
 ) -> dict[str, Any]:
     """`in_flight` unary calls in flight for `seconds`, spread over the streams: `Write` (the lag
     sampled meanwhile), or `GetStream` (one row read: the baseline of the same client and
-    concurrency)."""
+    concurrency). Each process's CPU per call is measured over the same span: the server's,
+    its search process's, the Edge worker's and this client's."""
     texts_ = [f"sustained write {i} about the weather and the garden" for i in range(1000)]
     count = 0
     lags: list[int] = []
@@ -211,15 +252,19 @@ async def sustained_calls(
                 lags.append(await asyncio.to_thread(lag_records, metrics_port))
 
         started = loop.time()
+        cpu_before, client_before = cpu_seconds(server_pid), client_cpu_seconds()
         await asyncio.gather(*(caller(w) for w in range(in_flight)), sampler())
         elapsed = loop.time() - started
+        cpu_after, client_after = cpu_seconds(server_pid), client_cpu_seconds()
+    cpu = cpu_ms_per_call(cpu_before, cpu_after, client_after - client_before, count)
     if not write:
-        return {"calls": count, "calls_per_s": round(count / elapsed)}
+        return {"calls": count, "calls_per_s": round(count / elapsed), "cpu_ms_per_call": cpu}
     return {
         "writes": count,
         "writes_per_s": round(count / elapsed),
         "lag_records_max": max(lags, default=0),
         "lag_records_p50": int(percentile([float(x) for x in lags], 50)) if lags else 0,
+        "cpu_ms_per_call": cpu,
     }
 
 
@@ -387,6 +432,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         args.write_seconds,
                         False,
                         metrics_port,
+                        server.proc.pid,
                         args.in_flight,
                     )
                 )
@@ -398,6 +444,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         args.write_seconds,
                         True,
                         metrics_port,
+                        server.proc.pid,
                         args.in_flight,
                     )
                 )

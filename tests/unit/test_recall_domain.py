@@ -311,6 +311,29 @@ def test_appends_through_two_stores_on_one_database_form_one_verifiable_log(
         assert (verdict.ok, verdict.size, verdict.reason) == (True, size, "")
 
 
+def test_streams_read_together_show_every_append_of_another_store(
+    open_store: Opener, tmp_path: Path
+) -> None:
+    # The reader keeps the streams it read and reads only key and size again (`get_streams`):
+    # what another replica appends must show, what it rolls back must not.
+    signer = load_or_create(tmp_path)
+    one, two = Deps(store=open_store(), signer=signer), Deps(store=open_store(), signer=signer)
+    ids = [conversation(one) for _ in range(3)]
+    reader = two.store.reader()
+    first = reader.get_streams("acme", ids)
+    assert [first[i].size for i in ids] == [1, 1, 1]
+    write(one, ids[0], writes.Entry("grown"))
+    with pytest.raises(InvalidArgument):
+        write(one, ids[1], writes.Entry(""))
+    second = reader.get_streams("acme", [*ids, "stream-missing"])
+    assert sorted(second) == sorted(ids)
+    fresh = one.store.reader().get_stream("acme", ids[0])
+    assert fresh is not None and fresh.size == 2
+    assert second[ids[0]] == fresh
+    assert second[ids[1]] is first[ids[1]] and second[ids[2]] is first[ids[2]]
+    assert reader.get_streams("other-tenant", ids) == {}
+
+
 def test_concurrent_creates_of_one_stream_id_make_one_stream(
     open_store: Opener, tmp_path: Path
 ) -> None:
