@@ -155,12 +155,11 @@ def with_records(
     while len(kept) < wanted and start < len(fused):
         chunk = fused[start : start + wanted - len(kept)]
         start += len(chunk)
-        by_stream: dict[str, list[int]] = {}
+        read = reader.records_across([(streams[h.key.stream_id], h.key.seq) for h in chunk])
         for hit in chunk:
-            by_stream.setdefault(hit.key.stream_id, []).append(hit.key.seq)
-        for key, seqs in by_stream.items():
-            for seq, record in reader.records_at(streams[key], seqs).items():
-                found[RecordKey(key, seq)] = record
+            record = read.get((streams[hit.key.stream_id].key, hit.key.seq))
+            if record is not None:
+                found[hit.key] = record
         kept.extend(h for h in chunk if h.key in found and found[h.key].content is not None)
     return kept, found
 

@@ -122,8 +122,9 @@ class LogReader(Protocol):
     def records_between(self, stream: Stream, first: int, last: int) -> list[Record]:
         """Every record of seqs first..last (any kind, erased content as None), in seq order."""
 
-    def records_at(self, stream: Stream, seqs: Sequence[int]) -> dict[int, Record]:
-        """The records of these seqs that exist, by seq."""
+    def records_across(self, wanted: Sequence[tuple[Stream, int]]) -> dict[tuple[int, int], Record]:
+        """The records at these (stream, seq) that exist, by (stream key, seq), whichever
+        streams they are in."""
 
     def vectors(self, stream: Stream, first: int, last: int) -> dict[int, bytes]:
         """Client-supplied vectors of seqs first..last, by seq."""

@@ -334,6 +334,27 @@ def test_streams_read_together_show_every_append_of_another_store(
     assert reader.get_streams("other-tenant", ids) == {}
 
 
+def test_records_across_streams_are_read_in_one_query_by_stream_key_and_seq(
+    deps: Deps,
+) -> None:
+    ids = [conversation(deps) for _ in range(3)]
+    seqs = [[write(deps, i, writes.Entry(f"{i[-4:]} {n}")).seq for n in range(3)] for i in ids]
+    erased = redaction.redact(deps, ALICE, ids[1], seqs[1][0], "by mistake")[0]
+    reader = deps.store.reader()
+    found = reader.get_streams("acme", ids)
+    streams = [found[i] for i in ids]
+    wanted = [(streams[0], seqs[0][2]), (streams[1], seqs[1][0]), (streams[2], 1)]
+    wanted += [(streams[0], seqs[0][2]), (streams[2], 99)]  # a repeat, and a seq past the end
+    got = reader.records_across(wanted)
+    assert sorted(got) == sorted([(s.key, seq) for s, seq in wanted[:3]])
+    assert got[(streams[0].key, seqs[0][2])].content == f"{ids[0][-4:]} 2"
+    assert got[(streams[0].key, seqs[0][2])].stream_id == ids[0]
+    gone = got[(streams[1].key, seqs[1][0])]
+    assert (gone.content, gone.salt, gone.redacted_by) == (None, None, erased.seq)
+    assert got[(streams[2].key, 1)].kind is RecordKind.ATTACH  # the creator joins first
+    assert reader.records_across([]) == {}
+
+
 def test_concurrent_creates_of_one_stream_id_make_one_stream(
     open_store: Opener, tmp_path: Path
 ) -> None:
