@@ -9,6 +9,7 @@ Nothing here knows about any particular dataset.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import time
 import unicodedata
@@ -191,6 +192,37 @@ def indexed_texts(records: Sequence[IndexedRecord], settings: TextSettings) -> l
 def point_id(stream_id: str, seq: int) -> str:
     """The stable id (a UUID string) of a record's entry in any index."""
     return str(uuid.uuid5(_POINT_NAMESPACE, f"{stream_id}\x00{seq}"))
+
+
+_SEQ_BITS = 64
+_SEQ_MASK = (1 << _SEQ_BITS) - 1
+
+
+def stream_hash(stream_id: str) -> int:
+    """64 bits naming a stream key in `keyed_point_id` (BLAKE2b; two keys that share them
+    are told apart by the points' payloads)."""
+    return int.from_bytes(hashlib.blake2b(stream_id.encode(), digest_size=8).digest(), "big")
+
+
+def keyed_point_id(stream_id: str, seq: int) -> str:
+    """A record's point id that holds its key: `stream_hash` in the first 64 bits, the seq
+    in the last 64, as a UUID string. A search can name its hits by their ids alone
+    (`split_keyed_id`), without reading their payloads."""
+    return str(uuid.UUID(int=(stream_hash(stream_id) << _SEQ_BITS) | seq))
+
+
+def split_keyed_id(point: uuid.UUID | int | str) -> tuple[int, int] | None:
+    """The stream hash and the seq a `keyed_point_id` holds (as an index returns it); None
+    for a `point_id`, whose last 64 bits start with the UUID variant's 1 (a seq is below
+    2**63)."""
+    if isinstance(point, uuid.UUID):
+        value = point.int
+    elif isinstance(point, int):
+        value = point
+    else:
+        value = uuid.UUID(point).int
+    seq = value & _SEQ_MASK
+    return None if seq >> (_SEQ_BITS - 1) else (value >> _SEQ_BITS, seq)
 
 
 def marker_id(stream_id: str) -> str:

@@ -33,7 +33,7 @@ from typing import Any
 
 from cairn_server.errors import CairnError, FailedPrecondition, InvalidArgument, Unavailable
 from recall_service.child_process import become_child
-from recall_service.projections.documents import IndexedRecord, RecordKey, point_id
+from recall_service.projections.documents import IndexedRecord, RecordKey
 from recall_service.projections.embedders import Vectors
 from recall_service.projections.filters import SearchFilter
 from recall_service.projections.hits import LaneHit
@@ -42,7 +42,7 @@ from recall_service.projections.vectors import QdrantEdgeIndex, check_batch, pay
 log = logging.getLogger("cairn.recall.vectors")
 
 # The calls the child carries out, by name (`search` and `count` as `_search` and `_count`).
-_OPS = frozenset({"upsert_points", "delete", "last_applied", "optimize", "reset", "flush"})
+_OPS = frozenset({"upsert_payloads", "delete", "last_applied", "optimize", "reset", "flush"})
 START_TIMEOUT_S = 60.0
 # How long a starting child retries a shard still locked by a predecessor that is exiting.
 LOCKED_RETRY_S = 10.0
@@ -206,8 +206,7 @@ class EdgeWorkerIndex:
     ) -> None:
         """Records and markers in one upsert (one WAL entry in the child)."""
         check_batch(self, records, vectors)
-        ids = [point_id(r.stream_id, r.seq) for r in records]
-        self._call("upsert_points", ids, vectors, [payload(r) for r in records], dict(marks))
+        self._call("upsert_payloads", vectors, [payload(r) for r in records], dict(marks))
         self._marks.update(marks)
 
     def delete(self, stream_id: str, seqs: Iterable[int], marks: Mapping[str, int]) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +12,16 @@ import pytest
 import qdrant_edge as edge
 
 from cairn_server.errors import FailedPrecondition, InvalidArgument
-from recall_service.projections.documents import IndexedRecord, RecordKey
+from recall_service.projections import documents
+from recall_service.projections import vectors as vectors_module
+from recall_service.projections.documents import (
+    IndexedRecord,
+    RecordKey,
+    keyed_point_id,
+    point_id,
+    split_keyed_id,
+    stream_hash,
+)
 from recall_service.projections.embedders import normalise_rows
 from recall_service.projections.filters import SearchFilter
 from recall_service.projections.qdrant_server import QdrantClientIndex
@@ -147,3 +158,81 @@ def test_a_quantized_shard_answers_exactly_what_exact_scoring_answers(tmp_path: 
         int8_alone_differs += [lane_hit(p.payload, 0).key for p in unrescored] != exact
     assert int8_alone_differs == 20
     index.close()
+
+
+def two_streams() -> tuple[list[IndexedRecord], np.ndarray]:
+    points = [
+        IndexedRecord("t", key, seq, "ana", 1.0, "") for key in ("t/a", "t/b") for seq in (1, 2)
+    ]
+    return points, normalise_rows(
+        [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.9, 0.1, 0.0], [0.0, 0.0, 1.0]]
+    )
+
+
+def test_a_new_edge_shard_names_its_points_by_their_keys(tmp_path: Path) -> None:
+    points, vectors = two_streams()
+    index = QdrantEdgeIndex(tmp_path / "e", 3)
+    index.upsert(points, vectors, {"t/a": 2, "t/b": 2})
+    found = index._shard.retrieve([keyed_point_id("t/b", 1)], True, False)
+    assert found[0].payload is not None and found[0].payload["seq"] == 1
+    assert not index._shard.retrieve([point_id("t/b", 1)], True, False)
+    query = normalise_rows([[1, 0.05, 0]])[0]
+    both = SearchFilter("t", ("t/a", "t/b"))
+    expected = [RecordKey("t/a", 1), RecordKey("t/b", 1), RecordKey("t/a", 2), RecordKey("t/b", 2)]
+    assert [h.key for h in index.search(query, 4, both)] == expected
+    index.delete("t/b", [1], {"t/b": 2})  # as a redaction does
+    assert [h.key for h in index.search(query, 4, both)] == [expected[0], *expected[2:]]
+    index.close()
+    reopened = QdrantEdgeIndex(tmp_path / "e", 3)  # names its streams again from the shard
+    assert [h.key for h in reopened.search(query, 4, both)] == [expected[0], *expected[2:]]
+    assert [h.key for h in reopened.search(query, 4, SearchFilter("t", ("t/a",)))] == [
+        expected[0],
+        expected[2],
+    ]
+
+
+def test_an_older_edge_shard_keeps_naming_its_points_by_hash(tmp_path: Path) -> None:
+    points, vectors = two_streams()
+    QdrantEdgeIndex(tmp_path / "old", 3, keyed_ids=False).close()
+    index = QdrantEdgeIndex(tmp_path / "old", 3)  # reopened with today's default
+    index.upsert(points, vectors, {})
+    assert index._shard.retrieve([point_id("t/a", 2)], True, False)
+    assert not index._shard.retrieve([keyed_point_id("t/a", 2)], True, False)
+    index.delete("t/a", [2], {})
+    hits = index.search(normalise_rows([[1, 0, 0]])[0], 4, SearchFilter("t", ("t/a", "t/b")))
+    assert [h.key for h in hits] == [RecordKey("t/a", 1), RecordKey("t/b", 1), RecordKey("t/b", 2)]
+
+
+def test_streams_whose_hashes_collide_are_named_from_their_payloads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(documents, "stream_hash", lambda key: 7)
+    monkeypatch.setattr(vectors_module, "stream_hash", lambda key: 7)
+    points = [IndexedRecord("t", key, 1, "ana", 1.0, "") for key in ("t/a", "t/b")]
+    index = QdrantEdgeIndex(tmp_path / "e", 3)
+    # One upsert each, so that each stream's first point replaces nothing of the other's.
+    index.upsert(points[:1], normalise_rows([[1, 0, 0]]), {})
+    index.upsert(points[1:], normalise_rows([[0, 1, 0]]), {})
+    # t/a had the hash first: t/b is named by `point_id`, and a mark in the shard says so.
+    assert (index._by_hash, index._hashed) == ({7: "t/a"}, frozenset({"t/b"}))
+    assert index._shard.retrieve([point_id("t/b", 1)], True, False)
+    query, both = normalise_rows([[1, 0.2, 0]])[0], SearchFilter("t", ("t/a", "t/b"))
+    assert [h.key for h in index.search(query, 2, both)] == [
+        RecordKey("t/a", 1),
+        RecordKey("t/b", 1),
+    ]
+    index.upsert([IndexedRecord("t", "t/b", 2, "ana", 1.0, "")], normalise_rows([[1, 0.3, 0]]), {})
+    index.close()
+    reopened = QdrantEdgeIndex(tmp_path / "e", 3)
+    assert (reopened._by_hash, reopened._hashed) == ({7: "t/a"}, frozenset({"t/b"}))
+    reopened.delete("t/b", [1], {})
+    keys = [h.key for h in reopened.search(query, 3, both)]
+    assert keys == [RecordKey("t/b", 2), RecordKey("t/a", 1)]  # nearer, then t/b 1 gone
+
+
+def test_a_keyed_point_id_holds_its_stream_hash_and_seq() -> None:
+    point = uuid.UUID(keyed_point_id("t/a", 12345))
+    assert split_keyed_id(point) == (stream_hash("t/a"), 12345)
+    assert split_keyed_id(uuid.UUID(point_id("t/a", 12345))) is None  # a UUID's variant bit
+    assert split_keyed_id(str(point)) == split_keyed_id(point.int) == (stream_hash("t/a"), 12345)
+    assert stream_hash("t/a") == int.from_bytes(hashlib.blake2b(b"t/a", digest_size=8).digest())
