@@ -5,15 +5,17 @@
 - `QdrantClientIndex` (`qdrant_server`): `qdrant-client` against a Qdrant server, or its
   local/in-memory mode.
 
-Each record is a point whose id is fixed by its key, so writing a record twice replaces it: in
-an Edge shard made since 2026-12-01 `documents.keyed_point_id(stream_id, seq)`, which holds the
-key, so that a search names its hits from their ids and reads no payload; in older shards and
-on a Qdrant server `documents.point_id(stream_id, seq)`, and each hit's key is read from its
-payload. A stream's last applied seq is a payload-only point (no vector, no tenant,
-so no search can return it) placed last in the same upsert as the records it covers: Qdrant
-Edge logs the whole upsert as one WAL entry and replays it whole after a crash; a server
-applies one request as one operation; the local mode persists points in order. In every case
-the marker is never ahead of the data, and re-applying after a crash only overwrites.
+Each record is a point whose id is fixed by its key, so writing a record twice replaces it.
+A new Edge shard (its `point ids` mark says so) uses `documents.keyed_point_id(stream_id,
+seq)`, which holds the key, so a search names its hits from their ids and reads no payload;
+an older shard and a Qdrant server use `documents.point_id(stream_id, seq)`, and each hit's
+key is read from its payload.
+
+A stream's last applied seq is a payload-only point (no vector, no tenant, so no search can
+return it) placed last in the same upsert as the records it covers: Qdrant Edge logs the
+whole upsert as one WAL entry and replays it whole after a crash; a server applies one
+request as one operation; the local mode persists points in order. In every case the marker
+is never ahead of the data, and re-applying after a crash only overwrites.
 """
 
 from __future__ import annotations

@@ -293,11 +293,15 @@ def test_retries_end_at_the_deadline(server: Start) -> None:
     policy = cairn.RetryPolicy(max_attempts=1000, initial_backoff=0.05, max_backoff=0.05)
     with client(address, timeout=0.4, retry=policy) as c:
         started = time.monotonic()
-        with pytest.raises(cairn.Unavailable) as caught:
+        # The last attempt either fails in time (the server's UNAVAILABLE) or is still
+        # waiting for its answer when the deadline passes (DEADLINE_EXCEEDED): which one
+        # depends on how busy the machine is (seen in a full run on a loaded machine).
+        with pytest.raises((cairn.Unavailable, cairn.DeadlineExceeded)) as caught:
             c.recall.get_checkpoint("s1")
         elapsed = time.monotonic() - started
-    assert elapsed < 1.2
-    assert 1 < caught.value.attempts == len(script.calls) < 1000
+    assert 0.3 < elapsed < 1.2
+    assert 1 < caught.value.attempts < 1000
+    assert caught.value.attempts - 1 <= len(script.calls) <= caught.value.attempts
 
 
 # --- typed errors ---------------------------------------------------------------------------
