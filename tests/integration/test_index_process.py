@@ -145,7 +145,12 @@ def test_writes_go_on_while_the_search_process_is_dead_and_another_catches_up(
 
         wait_until(searched)
         assert hits is not None
-        assert refusals <= {"the search process is starting again after it exited; retry"}
+        # A search sent before the server has read the dead process's end of the socket is
+        # failed when it does (seen on a loaded machine); one sent after, at once.
+        assert refusals <= {
+            "the search process exited during the search; retry",
+            "the search process is starting again after it exited; retry",
+        }
         assert sorted(hits[:5]) == later  # in their own words; the heron's in its context
         assert hits[5:] == [first]
     assert "the search process exited" in server.log()
