@@ -16,6 +16,7 @@ import unicodedata
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import NamedTuple
 
 from cairn_server.errors import InvalidArgument
@@ -198,6 +199,7 @@ _SEQ_BITS = 64
 _SEQ_MASK = (1 << _SEQ_BITS) - 1
 
 
+@lru_cache(maxsize=65536)  # a batch hashes each of its streams for every record
 def stream_hash(stream_id: str) -> int:
     """64 bits naming a stream key in `keyed_point_id` (BLAKE2b; two keys that share them
     are told apart by the points' payloads)."""

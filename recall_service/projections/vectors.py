@@ -354,7 +354,7 @@ class QdrantEdgeIndex:
         self._marks.update(marks)
         if self._keyed:
             self._hashed = self._hashed | set(hashed)
-            for key in keys:
+            for key in dict.fromkeys(keys):
                 if key not in self._hashed:
                     self._by_hash.setdefault(stream_hash(key), key)
 
